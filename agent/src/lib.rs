@@ -1,0 +1,90 @@
+//! The voice agent: the pipeline that turns a caller's audio into spoken replies.
+//!
+//! ```text
+//! audio ─► turn-detect ─► (end of turn) ─► stt ─► engine ─► sentence splitter ─► tts ─► audio
+//! ```
+//!
+//! - [`sentence`]: the streaming sentence splitter (pure);
+//! - [`record`]: each turn's stage times and the table of them;
+//! - [`responder`]: one finished turn answered, stage by stage;
+//! - [`call`]: a recorded call driven through detector and responder.
+
+pub mod call;
+pub mod record;
+pub mod responder;
+pub mod sentence;
+
+use std::sync::Arc;
+
+use anyhow::Result;
+use sublet_engine::{Engine, EngineConfig};
+use sublet_models::ModelCache;
+use sublet_stt::Transcriber;
+use sublet_tts::Voice;
+use sublet_turn_detect::{EndpointConfig, TurnDetector};
+
+pub use call::{CallObserver, CallOutcome, Pacing, Quiet, ReplyTrack};
+pub use record::{stage_medians, turn_table, TurnRecord, STAGE_NAMES};
+pub use responder::{AudioOut, FinishedTurn, Responder};
+
+/// How the agent behaves.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    pub system_prompt: String,
+    pub max_reply_tokens: usize,
+    /// Past messages (both sides) sent with each turn.
+    pub history_messages: usize,
+    pub endpoint: EndpointConfig,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        Self {
+            system_prompt:
+                "You are a helpful voice assistant on a phone call. Answer in one or two short, \
+                            plain spoken sentences. Do not use lists, markdown or emoji."
+                    .into(),
+            max_reply_tokens: 48,
+            history_messages: 6,
+            endpoint: EndpointConfig::default(),
+        }
+    }
+}
+
+/// The shared parts (the engine, the model cache) from which calls are made.
+pub struct VoiceAgent {
+    pub cache: ModelCache,
+    pub engine: Arc<Engine>,
+    pub config: AgentConfig,
+}
+
+impl VoiceAgent {
+    /// Loads the bundled engine model from the cache.
+    pub fn load(cache: ModelCache, config: AgentConfig) -> Result<Self> {
+        let engine = Arc::new(Engine::load(&EngineConfig::bundled(&cache)?)?);
+        Ok(Self::with_engine(cache, engine, config))
+    }
+
+    pub fn with_engine(cache: ModelCache, engine: Arc<Engine>, config: AgentConfig) -> Self {
+        Self {
+            cache,
+            engine,
+            config,
+        }
+    }
+
+    /// A turn detector for a new caller.
+    pub fn new_detector(&self) -> Result<TurnDetector> {
+        TurnDetector::load(&self.cache, self.config.endpoint.clone())
+    }
+
+    /// A replier for a new call (its own transcriber, voice and chat history).
+    pub fn new_responder(&self) -> Result<Responder> {
+        Ok(Responder::new(
+            Transcriber::load(&self.cache)?,
+            Voice::load(&self.cache)?,
+            self.engine.clone(),
+            self.config.clone(),
+        ))
+    }
+}

@@ -1,0 +1,211 @@
+//! Audio plumbing shared by every stage: reading any WAV into mono samples, writing WAV,
+//! and changing the sample rate.
+//!
+//! Samples are `f32` in [-1, 1], mono. Speech models run at [`SPEECH_RATE`]; the voice
+//! speaks at its own rate and the transport resamples to whatever it needs.
+
+use std::path::Path;
+
+use rubato::{FftFixedIn, Resampler};
+
+/// The rate the VAD, the end-of-turn model and Whisper all expect.
+pub const SPEECH_RATE: u32 = 16_000;
+
+/// Mono audio at a known rate.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Audio {
+    pub samples: Vec<f32>,
+    pub rate: u32,
+}
+
+impl Audio {
+    pub fn new(samples: Vec<f32>, rate: u32) -> Self {
+        Self { samples, rate }
+    }
+
+    pub fn silence(seconds: f64, rate: u32) -> Self {
+        Self::new(vec![0.0; (seconds * rate as f64).round() as usize], rate)
+    }
+
+    pub fn duration_s(&self) -> f64 {
+        self.samples.len() as f64 / self.rate as f64
+    }
+
+    /// The same audio at another rate.
+    pub fn resampled(&self, rate: u32) -> Audio {
+        Audio::new(resample(&self.samples, self.rate, rate), rate)
+    }
+}
+
+/// Why a file could not be read as audio.
+#[derive(Debug, thiserror::Error)]
+pub enum AudioError {
+    #[error("{path}: not a readable WAV file ({reason})")]
+    NotWav { path: String, reason: String },
+    #[error("{path}: WAV has no audio frames")]
+    Empty { path: String },
+    #[error("{path}: cannot write WAV ({reason})")]
+    Write { path: String, reason: String },
+}
+
+/// Reads a WAV file of any rate, channel count and sample format (8/16/24/32-bit integer
+/// or 32-bit float), mixed down to mono.
+pub fn read_wav(path: impl AsRef<Path>) -> Result<Audio, AudioError> {
+    let path = path.as_ref();
+    let shown = path.display().to_string();
+    let not_wav = |reason: String| AudioError::NotWav {
+        path: shown.clone(),
+        reason,
+    };
+    let reader = hound::WavReader::open(path).map_err(|e| not_wav(e.to_string()))?;
+    let spec = reader.spec();
+    if spec.channels == 0 || spec.sample_rate == 0 {
+        return Err(not_wav("zero channels or zero sample rate".into()));
+    }
+    let interleaved: Vec<f32> = match spec.sample_format {
+        hound::SampleFormat::Float => reader
+            .into_samples::<f32>()
+            .collect::<Result<_, _>>()
+            .map_err(|e| not_wav(e.to_string()))?,
+        hound::SampleFormat::Int => {
+            let scale = 1.0 / (1u64 << (spec.bits_per_sample - 1)) as f32;
+            reader
+                .into_samples::<i32>()
+                .map(|s| s.map(|v| v as f32 * scale))
+                .collect::<Result<_, _>>()
+                .map_err(|e| not_wav(e.to_string()))?
+        }
+    };
+    let channels = spec.channels as usize;
+    if interleaved.len() < channels {
+        return Err(AudioError::Empty { path: shown });
+    }
+    let samples = interleaved
+        .chunks_exact(channels)
+        .map(|frame| frame.iter().sum::<f32>() / channels as f32)
+        .collect();
+    Ok(Audio::new(samples, spec.sample_rate))
+}
+
+/// Writes mono 16-bit PCM.
+pub fn write_wav(path: impl AsRef<Path>, audio: &Audio) -> Result<(), AudioError> {
+    let path = path.as_ref();
+    let write_err = |e: hound::Error| AudioError::Write {
+        path: path.display().to_string(),
+        reason: e.to_string(),
+    };
+    let spec = hound::WavSpec {
+        channels: 1,
+        sample_rate: audio.rate,
+        bits_per_sample: 16,
+        sample_format: hound::SampleFormat::Int,
+    };
+    let mut writer = hound::WavWriter::create(path, spec).map_err(write_err)?;
+    for &s in &audio.samples {
+        let v = (s.clamp(-1.0, 1.0) * i16::MAX as f32).round() as i16;
+        writer.write_sample(v).map_err(write_err)?;
+    }
+    writer.finalize().map_err(write_err)
+}
+
+/// Changes the sample rate of a whole buffer (band-limited, FFT based), keeping its
+/// duration: the output has `len * to / from` samples, aligned with the input.
+pub fn resample(samples: &[f32], from: u32, to: u32) -> Vec<f32> {
+    if from == to || samples.is_empty() {
+        return samples.to_vec();
+    }
+    const CHUNK: usize = 1024;
+    let mut resampler = FftFixedIn::<f32>::new(from as usize, to as usize, CHUNK, 2, 1)
+        .expect("sample rates are positive");
+    let expected = (samples.len() as u64 * to as u64 / from as u64) as usize;
+    let delay = resampler.output_delay();
+    let mut out = Vec::with_capacity(expected + delay + CHUNK);
+    let mut rest = samples;
+    // After the input runs out, zeros push the delayed tail through.
+    while out.len() < expected + delay {
+        let need = resampler.input_frames_next();
+        let take = need.min(rest.len());
+        let mut chunk = rest[..take].to_vec();
+        chunk.resize(need, 0.0);
+        rest = &rest[take..];
+        let produced = resampler
+            .process(&[chunk], None)
+            .expect("one channel in, one out");
+        out.extend_from_slice(&produced[0]);
+    }
+    out.drain(..delay.min(out.len()));
+    out.truncate(expected);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tone(freq: f32, rate: u32, seconds: f32) -> Vec<f32> {
+        let n = (rate as f32 * seconds) as usize;
+        (0..n)
+            .map(|i| (2.0 * std::f32::consts::PI * freq * i as f32 / rate as f32).sin() * 0.5)
+            .collect()
+    }
+
+    #[test]
+    fn resampling_keeps_duration_and_alignment() {
+        let input = tone(440.0, 22_050, 1.0);
+        let output = resample(&input, 22_050, 16_000);
+        assert_eq!(output.len(), 16_000);
+        // The resampled tone matches a tone generated directly at the new rate.
+        let reference = tone(440.0, 16_000, 1.0);
+        let err: f32 = output[1000..15000]
+            .iter()
+            .zip(&reference[1000..15000])
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f32::max);
+        assert!(err < 0.02, "max deviation {err}");
+    }
+
+    #[test]
+    fn wav_round_trip_any_layout() {
+        let dir = std::env::temp_dir().join(format!("sublet-audio-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // Stereo float at 44.1 kHz with opposite channels mixes down to silence.
+        let path = dir.join("stereo.wav");
+        let spec = hound::WavSpec {
+            channels: 2,
+            sample_rate: 44_100,
+            bits_per_sample: 32,
+            sample_format: hound::SampleFormat::Float,
+        };
+        let mut w = hound::WavWriter::create(&path, spec).unwrap();
+        for _ in 0..100 {
+            w.write_sample(0.5f32).unwrap();
+            w.write_sample(-0.5f32).unwrap();
+        }
+        w.finalize().unwrap();
+        let audio = read_wav(&path).unwrap();
+        assert_eq!((audio.rate, audio.samples.len()), (44_100, 100));
+        assert!(audio.samples.iter().all(|s| s.abs() < 1e-6));
+
+        let mono = dir.join("mono.wav");
+        write_wav(&mono, &Audio::new(vec![0.25, -0.5], 16_000)).unwrap();
+        let back = read_wav(&mono).unwrap();
+        assert!((back.samples[0] - 0.25).abs() < 1e-3 && (back.samples[1] + 0.5).abs() < 1e-3);
+    }
+
+    #[test]
+    fn refuses_what_is_not_wav() {
+        let dir = std::env::temp_dir().join(format!("sublet-audio-bad-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let text = dir.join("notes.wav");
+        std::fs::write(&text, "this is not audio").unwrap();
+        let err = read_wav(&text).unwrap_err().to_string();
+        assert!(err.contains("not a readable WAV"), "{err}");
+        // A real header cut short: the data chunk promises more than the file holds.
+        let good = dir.join("good.wav");
+        write_wav(&good, &Audio::new(vec![0.1; 4000], 16_000)).unwrap();
+        let bytes = std::fs::read(&good).unwrap();
+        let cut = dir.join("cut.wav");
+        std::fs::write(&cut, &bytes[..30]).unwrap();
+        assert!(read_wav(&cut).is_err());
+    }
+}

@@ -1,0 +1,144 @@
+//! Answers a recorded call end to end and shows what each turn took.
+//!
+//! ```text
+//! playback CALL.wav --out REPLY.wav --timeline TURNS.json [--realtime | --fast]
+//! ```
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use sublet_agent::{
+    turn_table, AgentConfig, CallObserver, Pacing, TurnRecord, VoiceAgent, STAGE_NAMES,
+};
+use sublet_models::ModelCache;
+use sublet_turn_detect::TurnEvent;
+
+/// Feed a recorded call (any WAV) through the voice pipeline and write the agent's replies.
+#[derive(Parser, Debug)]
+#[command(name = "playback")]
+struct Args {
+    /// The recorded call: a WAV file of any rate and channel count, 16-bit or float.
+    call: PathBuf,
+    /// Where to write the agent's audio, aligned to the call's timeline.
+    #[arg(long, default_value = "reply.wav")]
+    out: PathBuf,
+    /// Where to write each turn's transcript, reply and stage times as JSON.
+    #[arg(long, default_value = "turns.json")]
+    timeline: PathBuf,
+    /// Play the call in real time, as a live caller would (the default).
+    #[arg(long, conflicts_with = "fast")]
+    realtime: bool,
+    /// Play the call as fast as possible; each turn is answered before the call goes on.
+    #[arg(long)]
+    fast: bool,
+    /// Sample rate of the reply WAV (default: the call's own rate).
+    #[arg(long)]
+    rate: Option<u32>,
+}
+
+/// Prints each turn-taking event and each answered turn as the call goes.
+struct Progress;
+
+impl CallObserver for Progress {
+    fn turn_event(&mut self, event: &TurnEvent) {
+        match event {
+            TurnEvent::SpeechStarted { at_s } => eprintln!("  {at_s:7.2}s  caller speaking"),
+            TurnEvent::SpeechStopped {
+                at_s,
+                end_of_turn_score,
+                ..
+            } => eprintln!(
+                "  {at_s:7.2}s  caller stopped (end-of-turn score {end_of_turn_score:.2})"
+            ),
+            TurnEvent::EndOfTurn { decided_s, .. } => eprintln!("  {decided_s:7.2}s  end of turn"),
+        }
+    }
+
+    fn turn_answered(&mut self, turn: &TurnRecord) {
+        eprintln!(
+            "  turn {}: {:?} → {:?} ({:.2}s voice to voice)",
+            turn.index,
+            turn.transcript,
+            turn.reply,
+            turn.voice_to_voice_s()
+        );
+    }
+}
+
+fn run(args: Args) -> Result<()> {
+    let call = sublet_audio::read_wav(&args.call)?;
+    let pacing = if args.fast {
+        Pacing::Fast
+    } else {
+        Pacing::Realtime
+    };
+    eprintln!(
+        "playback: {} ({:.1} s at {} Hz), {}",
+        args.call.display(),
+        call.duration_s(),
+        call.rate,
+        if pacing == Pacing::Fast {
+            "fast"
+        } else {
+            "real time"
+        }
+    );
+    let loading = Instant::now();
+    let agent = VoiceAgent::load(ModelCache::from_env(), AgentConfig::default())?;
+    eprintln!(
+        "playback: models loaded in {:.1} s",
+        loading.elapsed().as_secs_f64()
+    );
+
+    let outcome =
+        agent.answer_recording(&call, pacing, args.rate.unwrap_or(call.rate), &mut Progress)?;
+    let mut reply = outcome.reply.audio;
+    let call_len = (call.duration_s() * reply.rate as f64) as usize;
+    if reply.samples.len() < call_len {
+        reply.samples.resize(call_len, 0.0);
+    }
+    sublet_audio::write_wav(&args.out, &reply)?;
+
+    let medians = sublet_agent::stage_medians(&outcome.turns).map(|(stages, v2v)| {
+        let mut m: serde_json::Map<String, serde_json::Value> = STAGE_NAMES
+            .iter()
+            .zip(stages)
+            .map(|(name, s)| (name.replace(' ', "_"), s.into()))
+            .collect();
+        m.insert("voice_to_voice".into(), v2v.into());
+        m
+    });
+    let timeline = serde_json::json!({
+        "call": args.call.display().to_string(),
+        "pacing": if pacing == Pacing::Fast { "fast" } else { "realtime" },
+        "turns": outcome.turns,
+        "median_stage_latency_s": medians,
+    });
+    std::fs::write(
+        &args.timeline,
+        serde_json::to_string_pretty(&timeline)? + "\n",
+    )
+    .with_context(|| format!("writing {}", args.timeline.display()))?;
+
+    println!("{}", turn_table(&outcome.turns));
+    eprintln!(
+        "playback: {} turns; reply audio in {}, timeline in {}",
+        outcome.turns.len(),
+        args.out.display(),
+        args.timeline.display()
+    );
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    match run(Args::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("playback: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

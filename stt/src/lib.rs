@@ -1,0 +1,133 @@
+//! Speech to text: whisper.cpp (through whisper-rs) on the audio of one finished turn.
+//!
+//! The model is Whisper tiny.en, converted by `cargo xtask setup` from the CTranslate2
+//! weights that ship in a registry package into whisper.cpp's ggml file.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use sublet_models::ModelCache;
+use whisper_rs::{
+    FullParams, SamplingStrategy, WhisperContext, WhisperContextParameters, WhisperState,
+};
+
+/// A loaded Whisper model with one decoding state (one transcription at a time).
+pub struct Transcriber {
+    // The state borrows the model's weights through a shared handle inside whisper-rs.
+    state: WhisperState,
+    threads: i32,
+}
+
+impl Transcriber {
+    pub fn load(cache: &ModelCache) -> Result<Self> {
+        Self::from_file(&cache.whisper_ggml()?)
+    }
+
+    pub fn from_file(path: &Path) -> Result<Self> {
+        // whisper.cpp logs every load step to stderr; route it to nothing.
+        whisper_rs::install_logging_hooks();
+        let path_str = path.to_str().context("model path is not UTF-8")?;
+        let context =
+            WhisperContext::new_with_params(path_str, WhisperContextParameters::default())
+                .with_context(|| format!("loading Whisper model {}", path.display()))?;
+        let state = context.create_state().context("creating Whisper state")?;
+        let threads = std::thread::available_parallelism().map_or(2, |n| n.get().min(4)) as i32;
+        Ok(Self { state, threads })
+    }
+
+    /// The text spoken in 16 kHz mono audio, trimmed; empty for silence.
+    pub fn transcribe(&mut self, audio: &[f32]) -> Result<String> {
+        // Whisper needs at least one second; pad short turns with silence.
+        let mut padded;
+        let audio = if audio.len() < 16_000 {
+            padded = audio.to_vec();
+            padded.resize(16_000 + 1_600, 0.0);
+            &padded[..]
+        } else {
+            audio
+        };
+        let mut params = FullParams::new(SamplingStrategy::Greedy { best_of: 1 });
+        params.set_n_threads(self.threads);
+        params.set_language(Some("en"));
+        params.set_translate(false);
+        params.set_no_context(true);
+        params.set_single_segment(true);
+        params.set_print_progress(false);
+        params.set_print_realtime(false);
+        params.set_print_special(false);
+        params.set_print_timestamps(false);
+        params.set_suppress_blank(true);
+        params.set_no_timestamps(true);
+        self.state
+            .full(params, audio)
+            .context("Whisper transcription failed")?;
+        let mut text = String::new();
+        for segment in self.state.as_iter() {
+            text.push_str(&segment.to_str_lossy()?);
+        }
+        Ok(clean(&text))
+    }
+}
+
+/// Whisper marks non-speech as `[BLANK_AUDIO]`, `(music)` and the like; those are not words.
+fn clean(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut depth = 0i32;
+    for ch in text.chars() {
+        match ch {
+            '[' | '(' => depth += 1,
+            ']' | ')' => depth = (depth - 1).max(0),
+            _ if depth == 0 => out.push(ch),
+            _ => {}
+        }
+    }
+    out.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Word error rate of `hypothesis` against `reference`, after lower-casing and dropping
+/// punctuation: (substitutions + deletions + insertions) / reference words.
+pub fn word_error_rate(reference: &str, hypothesis: &str) -> f64 {
+    let words = |s: &str| -> Vec<String> {
+        s.split_whitespace()
+            .map(|w| {
+                w.chars()
+                    .filter(|c| c.is_alphanumeric() || *c == '\'')
+                    .collect::<String>()
+                    .to_lowercase()
+            })
+            .filter(|w| !w.is_empty())
+            .collect()
+    };
+    let (r, h) = (words(reference), words(hypothesis));
+    if r.is_empty() {
+        return if h.is_empty() { 0.0 } else { 1.0 };
+    }
+    let mut prev: Vec<usize> = (0..=h.len()).collect();
+    for (i, rw) in r.iter().enumerate() {
+        let mut cur = vec![i + 1; h.len() + 1];
+        for (j, hw) in h.iter().enumerate() {
+            let sub = prev[j] + usize::from(rw != hw);
+            cur[j + 1] = sub.min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[h.len()] as f64 / r.len() as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn word_error_rate_counts_edits() {
+        assert_eq!(word_error_rate("The cat sat.", "the cat sat"), 0.0);
+        assert!((word_error_rate("a b c d", "a x c") - 0.5).abs() < 1e-9);
+        assert!((word_error_rate("a b", "a b c d") - 1.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn non_speech_marks_are_dropped() {
+        assert_eq!(clean(" [BLANK_AUDIO] "), "");
+        assert_eq!(clean(" Hello (laughs) there."), "Hello there.");
+    }
+}

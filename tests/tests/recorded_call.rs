@@ -1,0 +1,88 @@
+//! A recorded call through the whole pipeline on the real models and the real engine.
+
+use std::sync::Arc;
+
+use sublet_agent::{AgentConfig, Pacing, Quiet, VoiceAgent};
+use sublet_audio::{read_wav, SPEECH_RATE};
+use sublet_engine::{ChatRequest, Engine, EngineConfig, Message, Role, StreamEvent};
+use sublet_models::ModelCache;
+use sublet_stt::{word_error_rate, Transcriber};
+
+#[test]
+fn a_three_turn_call_gets_three_timed_replies() {
+    let cache = ModelCache::from_env();
+    let call = read_wav(cache.call("three_turns.wav").unwrap()).unwrap();
+    let agent = VoiceAgent::load(cache.clone(), AgentConfig::default()).unwrap();
+    let outcome = agent
+        .answer_recording(&call, Pacing::Fast, SPEECH_RATE, &mut Quiet)
+        .unwrap();
+    println!("{}", sublet_agent::turn_table(&outcome.turns));
+    assert_eq!(outcome.turns.len(), 3, "{:#?}", outcome.turns);
+    for turn in &outcome.turns {
+        assert!(
+            !turn.transcript.is_empty() && !turn.reply.is_empty(),
+            "{turn:?}"
+        );
+        let times = turn.stage_times();
+        assert!(
+            times.windows(2).all(|w| w[0] <= w[1]),
+            "stage times out of order: {times:?}"
+        );
+        assert!(turn.end_of_turn_s > turn.caller_stop_s, "{turn:?}");
+    }
+    // The agent's audio is where the timeline says, and it says the reply.
+    let first = &outcome.turns[0];
+    let reply = &outcome.reply.audio;
+    let start = (first.first_audio_s * SPEECH_RATE as f64) as usize;
+    let before = &reply.samples[..start];
+    assert!(
+        before.iter().all(|s| s.abs() < 1e-4),
+        "agent audio before its first_audio_s"
+    );
+    let spoken = &reply.samples[start..(start + 8 * SPEECH_RATE as usize).min(reply.samples.len())];
+    let mut stt = Transcriber::load(&cache).unwrap();
+    let heard = stt.transcribe(spoken).unwrap();
+    let first_sentence = first.reply.split_inclusive(['.', '!', '?']).next().unwrap();
+    let wer = word_error_rate(
+        first_sentence,
+        heard.split_inclusive(['.', '!', '?']).next().unwrap_or(""),
+    );
+    println!("reply {:?}, heard {heard:?}", first.reply);
+    assert!(
+        wer < 0.35,
+        "agent said {:?}, whisper heard {heard:?}",
+        first.reply
+    );
+}
+
+#[test]
+fn the_engine_streams_and_cancels() {
+    let cache = ModelCache::from_env();
+    let engine = Arc::new(Engine::load(&EngineConfig::bundled(&cache).unwrap()).unwrap());
+    let request = |max_tokens| ChatRequest {
+        messages: vec![Message::new(Role::User, "What is the capital of France?")],
+        max_tokens,
+        temperature: None,
+    };
+    let (text, finish) = engine
+        .chat(request(24))
+        .unwrap()
+        .collect_blocking()
+        .unwrap();
+    println!("{text:?} {finish:?}");
+    assert!(text.contains("Paris"), "{text:?}");
+    assert!(finish.completion_tokens > 0 && finish.completion_tokens <= 24);
+
+    // Dropping a stream mid-reply cancels it; the engine keeps serving.
+    let mut long = engine.chat(request(400)).unwrap();
+    let mut pieces = 0;
+    while let Some(Ok(StreamEvent::Text(_))) = long.next_blocking() {
+        pieces += 1;
+        if pieces == 3 {
+            break;
+        }
+    }
+    drop(long);
+    let (again, _) = engine.chat(request(8)).unwrap().collect_blocking().unwrap();
+    assert!(!again.is_empty());
+}

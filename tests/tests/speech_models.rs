@@ -1,0 +1,110 @@
+//! The speech models on real audio: each check can fail if its model or its plumbing is wrong.
+
+use sublet_audio::{read_wav, SPEECH_RATE};
+use sublet_models::ModelCache;
+use sublet_stt::{word_error_rate, Transcriber};
+use sublet_tts::Voice;
+use sublet_turn_detect::{EndpointConfig, SmartTurn, TurnDetector, TurnEvent};
+
+const JFK: &str = "And so my fellow Americans, ask not what your country can do for you, ask what you can do for your country.";
+
+fn cache() -> ModelCache {
+    ModelCache::from_env()
+}
+
+fn jfk() -> Vec<f32> {
+    let audio = read_wav(cache().jfk_wav().unwrap()).unwrap();
+    assert_eq!(audio.rate, SPEECH_RATE);
+    audio.samples
+}
+
+#[test]
+fn whisper_transcribes_jfk() {
+    let mut stt = Transcriber::load(&cache()).unwrap();
+    let text = stt.transcribe(&jfk()).unwrap();
+    let wer = word_error_rate(JFK, &text);
+    println!("jfk.wav → {text:?} (WER {wer:.3})");
+    assert!(wer < 0.10, "WER {wer:.3}: {text:?}");
+}
+
+#[test]
+fn piper_speech_is_transcribed_back() {
+    let sentence = "The weather today is sunny with a light breeze from the west.";
+    let mut voice = Voice::load(&cache()).unwrap();
+    let speech = voice.synthesize(sentence).unwrap();
+    assert_eq!(speech.rate, 22_050);
+    assert!(
+        speech.duration_s() > 2.0,
+        "{} s of speech",
+        speech.duration_s()
+    );
+    let mut stt = Transcriber::load(&cache()).unwrap();
+    let text = stt
+        .transcribe(&speech.resampled(SPEECH_RATE).samples)
+        .unwrap();
+    let wer = word_error_rate(sentence, &text);
+    println!("piper → whisper: {text:?} (WER {wer:.3})");
+    assert!(wer < 0.20, "WER {wer:.3}: {text:?}");
+}
+
+#[test]
+fn smart_turn_tells_a_finished_sentence_from_a_cut_one() {
+    let audio = jfk();
+    let mut model = SmartTurn::load(&cache()).unwrap();
+    let end = model.probability(&audio).unwrap();
+    // Cut inside "ask not what your country | can do for you".
+    let cut = (4.1 * SPEECH_RATE as f64) as usize;
+    let middle = model.probability(&audio[..cut]).unwrap();
+    println!("smart turn: end {end:.3}, mid-sentence {middle:.3}");
+    assert!(end > 0.5, "end of utterance scored {end}");
+    assert!(middle < 0.5, "mid-sentence scored {middle}");
+}
+
+#[test]
+fn vad_finds_the_speech_spans_of_a_test_call() {
+    let cache = cache();
+    let call = read_wav(cache.call("three_turns.wav").unwrap()).unwrap();
+    let script: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(cache.call("three_turns.json").unwrap()).unwrap())
+            .unwrap();
+    let expected: Vec<(f64, f64)> = script["utterances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| (u["start_s"].as_f64().unwrap(), u["end_s"].as_f64().unwrap()))
+        .collect();
+
+    let mut detector = TurnDetector::load(&cache, EndpointConfig::default()).unwrap();
+    let mut starts = Vec::new();
+    let mut stops = Vec::new();
+    let mut turns = 0;
+    for chunk in call.samples.chunks(320) {
+        for event in detector.push(chunk).unwrap() {
+            match event {
+                TurnEvent::SpeechStarted { at_s } => starts.push(at_s),
+                TurnEvent::SpeechStopped { at_s, .. } => stops.push(at_s),
+                TurnEvent::EndOfTurn { .. } => turns += 1,
+            }
+        }
+    }
+    println!("expected {expected:?}\nstarts {starts:?}\nstops {stops:?}");
+    assert_eq!(
+        starts.len(),
+        expected.len(),
+        "one speech span per utterance"
+    );
+    assert_eq!(stops.len(), expected.len());
+    assert_eq!(turns, expected.len());
+    for (i, (start, end)) in expected.iter().enumerate() {
+        assert!(
+            (starts[i] - start).abs() <= 0.1,
+            "utterance {i} starts at {start}, found {}",
+            starts[i]
+        );
+        assert!(
+            (stops[i] - end).abs() <= 0.1,
+            "utterance {i} ends at {end}, found {}",
+            stops[i]
+        );
+    }
+}

@@ -1,0 +1,127 @@
+//! Text to speech: the Piper voice `en_US-joe-medium` through ONNX Runtime, its phonemes
+//! from espeak-ng.
+//!
+//! A sentence is synthesized whole (Piper is a non-autoregressive VITS model: 3.5 s of
+//! speech takes about a quarter of a second here), which is why the agent hands it the
+//! first complete sentence as soon as one exists.
+
+mod phonemes;
+
+use std::collections::HashMap;
+
+use anyhow::{Context, Result};
+use ort::session::Session;
+use ort::value::Tensor;
+use serde::Deserialize;
+use sublet_audio::Audio;
+use sublet_models::{onnx_environment, ModelCache};
+
+pub use phonemes::phonemize;
+
+#[derive(Debug, Deserialize)]
+struct VoiceConfig {
+    audio: AudioConfig,
+    espeak: EspeakConfig,
+    inference: InferenceConfig,
+    phoneme_id_map: HashMap<String, Vec<i64>>,
+}
+
+#[derive(Debug, Deserialize)]
+struct AudioConfig {
+    sample_rate: u32,
+}
+
+#[derive(Debug, Deserialize)]
+struct EspeakConfig {
+    voice: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct InferenceConfig {
+    noise_scale: f32,
+    length_scale: f32,
+    noise_w: f32,
+}
+
+/// A loaded Piper voice.
+pub struct Voice {
+    session: Session,
+    config: VoiceConfig,
+    ids: HashMap<char, i64>,
+}
+
+impl Voice {
+    pub fn load(cache: &ModelCache) -> Result<Self> {
+        let env = onnx_environment(cache).map_err(anyhow::Error::msg)?;
+        let config_path = cache.piper_config()?;
+        let config: VoiceConfig = serde_json::from_slice(&std::fs::read(&config_path)?)
+            .with_context(|| format!("reading voice config {}", config_path.display()))?;
+        let model = cache.piper_voice()?;
+        let session = Session::builder(env)?
+            .with_intra_threads(2)
+            .map_err(|e| anyhow::anyhow!("{e}"))?
+            .commit_from_file(&model)
+            .with_context(|| format!("loading Piper voice {}", model.display()))?;
+        let ids = config
+            .phoneme_id_map
+            .iter()
+            .filter_map(|(k, v)| {
+                let mut chars = k.chars();
+                match (chars.next(), chars.next(), v.first()) {
+                    (Some(c), None, Some(&id)) => Some((c, id)),
+                    _ => None,
+                }
+            })
+            .collect();
+        Ok(Self {
+            session,
+            config,
+            ids,
+        })
+    }
+
+    /// The rate of the audio [`Voice::synthesize`] returns (22050 Hz for this voice).
+    pub fn sample_rate(&self) -> u32 {
+        self.config.audio.sample_rate
+    }
+
+    /// Piper's input: BOS, then each phoneme followed by the pad, then EOS; phonemes the
+    /// voice does not know are skipped.
+    fn phoneme_ids(&self, phonemes: &str) -> Vec<i64> {
+        let id = |c: char| self.ids.get(&c).copied();
+        let pad = id('_').unwrap_or(0);
+        let mut out = vec![id('^').unwrap_or(1), pad];
+        for c in phonemes.chars() {
+            if let Some(i) = id(c) {
+                out.push(i);
+                out.push(pad);
+            }
+        }
+        out.push(id('$').unwrap_or(2));
+        out
+    }
+
+    /// Speaks `text`; empty audio for text with nothing to say.
+    pub fn synthesize(&mut self, text: &str) -> Result<Audio> {
+        let rate = self.sample_rate();
+        let phonemes = phonemize(text, &self.config.espeak.voice)?;
+        let ids = self.phoneme_ids(&phonemes);
+        if ids.len() <= 3 {
+            return Ok(Audio::new(Vec::new(), rate));
+        }
+        let inference = &self.config.inference;
+        let scales = vec![
+            inference.noise_scale,
+            inference.length_scale,
+            inference.noise_w,
+        ];
+        let length = ids.len();
+        let outputs = self.session.run(ort::inputs![
+            "input" => Tensor::from_array(([1usize, length], ids))?,
+            "input_lengths" => Tensor::from_array(([1usize], vec![length as i64]))?,
+            "scales" => Tensor::from_array(([3usize], scales))?,
+        ])?;
+        let (_, samples) = outputs[0].try_extract_tensor::<f32>()?;
+        Ok(Audio::new(samples.to_vec(), rate))
+    }
+}

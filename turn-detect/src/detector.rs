@@ -1,0 +1,140 @@
+//! The mechanism around the rules: frames audio for the VAD, keeps the audio of the turn in
+//! progress, runs Smart Turn when speech stops, and hands out the turn's audio at its end.
+
+use anyhow::Result;
+use sublet_models::ModelCache;
+
+use crate::endpoint::{EndpointConfig, EndpointEvent, Endpointer};
+use crate::smart_turn::{SmartTurn, WINDOW_S};
+use crate::vad::{SileroVad, VAD_FRAME};
+
+const RATE: f64 = 16_000.0;
+/// Audio kept before the detected start of speech and after its end, for the transcriber.
+const PAD_S: f64 = 0.25;
+
+/// A turn-taking event. Times are seconds of audio from the call's start.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TurnEvent {
+    SpeechStarted {
+        at_s: f64,
+    },
+    /// The caller stopped speaking at `at_s` (decided at `decided_s`): the turn-hint moment.
+    SpeechStopped {
+        at_s: f64,
+        decided_s: f64,
+        end_of_turn_score: f32,
+    },
+    /// The caller's turn is over; `audio` holds it at 16 kHz, padded slightly on both sides.
+    EndOfTurn {
+        turn_start_s: f64,
+        speech_end_s: f64,
+        decided_s: f64,
+        end_of_turn_score: Option<f32>,
+        audio: Vec<f32>,
+    },
+}
+
+/// Turn detection for one caller's 16 kHz audio stream.
+pub struct TurnDetector {
+    vad: SileroVad,
+    smart_turn: SmartTurn,
+    rules: Endpointer,
+    /// Samples not yet a whole VAD frame.
+    pending: Vec<f32>,
+    /// Recent audio; `history[0]` is sample number `history_start` of the call.
+    history: Vec<f32>,
+    history_start: usize,
+    /// Samples consumed by the VAD so far.
+    consumed: usize,
+}
+
+impl TurnDetector {
+    pub fn load(cache: &ModelCache, config: EndpointConfig) -> Result<Self> {
+        Ok(Self {
+            vad: SileroVad::load(cache)?,
+            smart_turn: SmartTurn::load(cache)?,
+            rules: Endpointer::new(config),
+            pending: Vec::with_capacity(VAD_FRAME),
+            history: Vec::new(),
+            history_start: 0,
+            consumed: 0,
+        })
+    }
+
+    /// Seconds of audio consumed so far.
+    pub fn position_s(&self) -> f64 {
+        self.consumed as f64 / RATE
+    }
+
+    pub fn in_turn(&self) -> bool {
+        self.rules.in_turn()
+    }
+
+    /// Feeds 16 kHz samples of any length; returns the events they caused, in order.
+    pub fn push(&mut self, samples: &[f32]) -> Result<Vec<TurnEvent>> {
+        let mut events = Vec::new();
+        self.pending.extend_from_slice(samples);
+        let whole = self.pending.len() / VAD_FRAME * VAD_FRAME;
+        let frames: Vec<f32> = self.pending.drain(..whole).collect();
+        for frame in frames.chunks_exact(VAD_FRAME) {
+            self.history.extend_from_slice(frame);
+            let probability = self.vad.process(frame)?;
+            let start_s = self.consumed as f64 / RATE;
+            self.consumed += VAD_FRAME;
+            let end_s = self.consumed as f64 / RATE;
+            if let Some(event) = self.rules.on_frame(start_s, end_s, probability) {
+                events.push(self.handle(event)?);
+            }
+            self.trim_history();
+        }
+        Ok(events)
+    }
+
+    fn handle(&mut self, event: EndpointEvent) -> Result<TurnEvent> {
+        Ok(match event {
+            EndpointEvent::SpeechStarted { at_s } => TurnEvent::SpeechStarted { at_s },
+            EndpointEvent::SpeechStopped { at_s, decided_s } => {
+                let heard = self.audio_between(decided_s - WINDOW_S as f64, decided_s);
+                let score = self.smart_turn.probability(&heard)?;
+                self.rules.set_end_of_turn_score(score);
+                TurnEvent::SpeechStopped {
+                    at_s,
+                    decided_s,
+                    end_of_turn_score: score,
+                }
+            }
+            EndpointEvent::EndOfTurn {
+                turn_start_s,
+                speech_end_s,
+                decided_s,
+                score,
+            } => TurnEvent::EndOfTurn {
+                turn_start_s,
+                speech_end_s,
+                decided_s,
+                end_of_turn_score: score,
+                audio: self.audio_between(turn_start_s - PAD_S, speech_end_s + PAD_S),
+            },
+        })
+    }
+
+    /// The kept audio between two call times (clipped to what is kept).
+    fn audio_between(&self, from_s: f64, to_s: f64) -> Vec<f32> {
+        let to_index = |s: f64| {
+            ((s.max(0.0) * RATE) as usize)
+                .saturating_sub(self.history_start)
+                .min(self.history.len())
+        };
+        self.history[to_index(from_s)..to_index(to_s)].to_vec()
+    }
+
+    /// Outside a turn only the last Smart Turn window is needed.
+    fn trim_history(&mut self) {
+        let keep = (WINDOW_S as f64 * RATE) as usize;
+        if !self.rules.in_turn() && self.history.len() > 2 * keep {
+            let drop = self.history.len() - keep;
+            self.history.drain(..drop);
+            self.history_start += drop;
+        }
+    }
+}

@@ -1,0 +1,332 @@
+//! The turn-taking rules, as plain code: from per-frame speech probabilities and the
+//! end-of-turn model's score to speech-started, speech-stopped and end-of-turn events.
+//!
+//! - Speech starts after `min_speech_s` of frames at or above `activation`.
+//! - Speech stops after `min_silence_s` of frames below `deactivation` (hysteresis in between).
+//!   This is the moment of the engine's turn hint; the stop is dated at the last speech frame.
+//! - The turn ends `min_delay_s` after the speech stopped when the end-of-turn model is
+//!   confident (score at or above `end_of_turn_threshold`), else `max_delay_s` after it
+//!   (LiveKit Agents' endpointing: 0.5 s and 3.0 s). Speech before then continues the turn.
+
+/// Thresholds and delays, in seconds of audio.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EndpointConfig {
+    pub activation: f32,
+    pub deactivation: f32,
+    pub min_speech_s: f64,
+    pub min_silence_s: f64,
+    pub min_delay_s: f64,
+    pub max_delay_s: f64,
+    pub end_of_turn_threshold: f32,
+}
+
+impl Default for EndpointConfig {
+    fn default() -> Self {
+        Self {
+            activation: 0.5,
+            deactivation: 0.35,
+            min_speech_s: 0.1,
+            min_silence_s: 0.4,
+            min_delay_s: 0.5,
+            max_delay_s: 3.0,
+            end_of_turn_threshold: 0.5,
+        }
+    }
+}
+
+/// What the rules decided on a frame. Times are seconds of audio from the call's start.
+#[derive(Debug, Clone, PartialEq)]
+pub enum EndpointEvent {
+    /// Speech began at `at_s` (the first speech frame's start).
+    SpeechStarted { at_s: f64 },
+    /// Speech ended at `at_s` (the last speech frame's end); decided at `decided_s`.
+    /// The caller of the rules should now score the turn and call
+    /// [`Endpointer::set_end_of_turn_score`].
+    SpeechStopped { at_s: f64, decided_s: f64 },
+    /// The turn that started at `turn_start_s` is over, decided at `decided_s`.
+    EndOfTurn {
+        turn_start_s: f64,
+        speech_end_s: f64,
+        decided_s: f64,
+        score: Option<f32>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum State {
+    Silent,
+    /// Frames of likely speech, not yet long enough to count.
+    Onset {
+        since_s: f64,
+    },
+    Speaking {
+        last_speech_end_s: f64,
+    },
+    /// Speech stopped; waiting for the end-of-turn delay or for more speech.
+    Stopped {
+        speech_end_s: f64,
+        score: Option<f32>,
+        onset_s: Option<f64>,
+    },
+}
+
+/// The rules' state for one caller.
+#[derive(Debug, Clone)]
+pub struct Endpointer {
+    config: EndpointConfig,
+    state: State,
+    turn_start_s: Option<f64>,
+}
+
+impl Endpointer {
+    pub fn new(config: EndpointConfig) -> Self {
+        Self {
+            config,
+            state: State::Silent,
+            turn_start_s: None,
+        }
+    }
+
+    pub fn config(&self) -> &EndpointConfig {
+        &self.config
+    }
+
+    /// True from speech start until the end of the turn.
+    pub fn in_turn(&self) -> bool {
+        self.turn_start_s.is_some()
+    }
+
+    /// Start of the turn in progress, if any.
+    pub fn turn_start_s(&self) -> Option<f64> {
+        self.turn_start_s
+    }
+
+    /// Feeds the speech probability of the frame `[start_s, end_s)`.
+    pub fn on_frame(
+        &mut self,
+        start_s: f64,
+        end_s: f64,
+        probability: f32,
+    ) -> Option<EndpointEvent> {
+        let c = &self.config;
+        let speech = probability >= c.activation;
+        let silence = probability < c.deactivation;
+        match self.state.clone() {
+            State::Silent => {
+                if speech {
+                    self.state = State::Onset { since_s: start_s };
+                    return self.confirm_onset(start_s, end_s);
+                }
+                None
+            }
+            State::Onset { since_s } => {
+                if silence {
+                    self.state = State::Silent;
+                    return None;
+                }
+                self.confirm_onset(since_s, end_s)
+            }
+            State::Speaking { last_speech_end_s } => {
+                if !silence {
+                    self.state = State::Speaking {
+                        last_speech_end_s: end_s,
+                    };
+                    None
+                } else if end_s - last_speech_end_s >= c.min_silence_s {
+                    self.state = State::Stopped {
+                        speech_end_s: last_speech_end_s,
+                        score: None,
+                        onset_s: None,
+                    };
+                    Some(EndpointEvent::SpeechStopped {
+                        at_s: last_speech_end_s,
+                        decided_s: end_s,
+                    })
+                } else {
+                    None
+                }
+            }
+            State::Stopped {
+                speech_end_s,
+                score,
+                onset_s,
+            } => {
+                // Speech again before the turn ended: the same turn goes on.
+                let onset_s = match (speech, silence, onset_s) {
+                    (true, _, None) => Some(start_s),
+                    (_, true, _) => None,
+                    (_, _, kept) => kept,
+                };
+                if let Some(since) = onset_s {
+                    if end_s - since >= c.min_speech_s {
+                        self.state = State::Speaking {
+                            last_speech_end_s: end_s,
+                        };
+                        return Some(EndpointEvent::SpeechStarted { at_s: since });
+                    }
+                }
+                self.state = State::Stopped {
+                    speech_end_s,
+                    score,
+                    onset_s,
+                };
+                self.end_of_turn_due(end_s)
+            }
+        }
+    }
+
+    /// The end-of-turn model's score for the speech that just stopped.
+    pub fn set_end_of_turn_score(&mut self, value: f32) {
+        if let State::Stopped { score, .. } = &mut self.state {
+            *score = Some(value);
+        }
+    }
+
+    /// The delay after speech end the rules wait for a given score (`None`: not scored yet).
+    pub fn delay_for(&self, score: Option<f32>) -> f64 {
+        match score {
+            Some(s) if s >= self.config.end_of_turn_threshold => self.config.min_delay_s,
+            _ => self.config.max_delay_s,
+        }
+    }
+
+    fn confirm_onset(&mut self, since_s: f64, end_s: f64) -> Option<EndpointEvent> {
+        if end_s - since_s + 1e-9 < self.config.min_speech_s {
+            return None;
+        }
+        self.state = State::Speaking {
+            last_speech_end_s: end_s,
+        };
+        if self.turn_start_s.is_none() {
+            self.turn_start_s = Some(since_s);
+        }
+        Some(EndpointEvent::SpeechStarted { at_s: since_s })
+    }
+
+    fn end_of_turn_due(&mut self, now_s: f64) -> Option<EndpointEvent> {
+        let State::Stopped {
+            speech_end_s,
+            score,
+            ..
+        } = self.state
+        else {
+            return None;
+        };
+        if now_s + 1e-9 < speech_end_s + self.delay_for(score) {
+            return None;
+        }
+        self.state = State::Silent;
+        let turn_start_s = self.turn_start_s.take().unwrap_or(speech_end_s);
+        Some(EndpointEvent::EndOfTurn {
+            turn_start_s,
+            speech_end_s,
+            decided_s: now_s,
+            score,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FRAME: f64 = 0.032;
+
+    /// Feeds a probability per frame and returns the events with their frame index.
+    fn run(ep: &mut Endpointer, probs: &[f32], score: f32) -> Vec<(usize, EndpointEvent)> {
+        let mut out = vec![];
+        for (i, &p) in probs.iter().enumerate() {
+            if let Some(e) = ep.on_frame(i as f64 * FRAME, (i + 1) as f64 * FRAME, p) {
+                if matches!(e, EndpointEvent::SpeechStopped { .. }) {
+                    ep.set_end_of_turn_score(score);
+                }
+                out.push((i, e));
+            }
+        }
+        out
+    }
+
+    fn frames(spec: &[(f32, usize)]) -> Vec<f32> {
+        spec.iter()
+            .flat_map(|&(p, n)| std::iter::repeat_n(p, n))
+            .collect()
+    }
+
+    #[test]
+    fn confident_end_waits_the_minimum_delay() {
+        let mut ep = Endpointer::new(EndpointConfig::default());
+        let probs = frames(&[(0.0, 10), (0.9, 50), (0.0, 200)]);
+        let events = run(&mut ep, &probs, 0.9);
+        assert_eq!(events.len(), 3, "{events:?}");
+        let EndpointEvent::SpeechStarted { at_s } = events[0].1 else {
+            panic!()
+        };
+        assert!((at_s - 10.0 * FRAME).abs() < 1e-9);
+        let EndpointEvent::SpeechStopped {
+            at_s: stop,
+            decided_s,
+        } = events[1].1
+        else {
+            panic!()
+        };
+        assert!((stop - 60.0 * FRAME).abs() < 1e-9);
+        assert!(decided_s - stop >= 0.4 && decided_s - stop < 0.4 + FRAME);
+        let EndpointEvent::EndOfTurn {
+            decided_s,
+            speech_end_s,
+            ..
+        } = events[2].1
+        else {
+            panic!()
+        };
+        assert!(decided_s - speech_end_s >= 0.5 && decided_s - speech_end_s < 0.5 + FRAME);
+    }
+
+    #[test]
+    fn unsure_end_waits_the_maximum_delay() {
+        let mut ep = Endpointer::new(EndpointConfig::default());
+        let probs = frames(&[(0.9, 30), (0.0, 200)]);
+        let events = run(&mut ep, &probs, 0.1);
+        let EndpointEvent::EndOfTurn {
+            decided_s,
+            speech_end_s,
+            ..
+        } = events[2].1
+        else {
+            panic!()
+        };
+        assert!(decided_s - speech_end_s >= 3.0 && decided_s - speech_end_s < 3.0 + FRAME);
+    }
+
+    #[test]
+    fn a_pause_followed_by_speech_is_one_turn() {
+        let mut ep = Endpointer::new(EndpointConfig::default());
+        // 1 s pause (past the stop, before the 3 s maximum), then more speech.
+        let probs = frames(&[(0.9, 30), (0.0, 31), (0.9, 30), (0.0, 200)]);
+        let events = run(&mut ep, &probs, 0.1);
+        let ends: Vec<_> = events
+            .iter()
+            .filter_map(|(_, e)| match e {
+                EndpointEvent::EndOfTurn { turn_start_s, .. } => Some(*turn_start_s),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(ends, vec![0.0], "{events:?}");
+    }
+
+    #[test]
+    fn a_blip_shorter_than_the_minimum_is_not_speech() {
+        let mut ep = Endpointer::new(EndpointConfig::default());
+        let probs = frames(&[(0.9, 2), (0.0, 100)]);
+        assert!(run(&mut ep, &probs, 0.9).is_empty());
+        assert!(!ep.in_turn());
+    }
+
+    #[test]
+    fn hysteresis_keeps_speech_through_middling_frames() {
+        let mut ep = Endpointer::new(EndpointConfig::default());
+        let probs = frames(&[(0.9, 10), (0.4, 40), (0.9, 10), (0.0, 200)]);
+        let events = run(&mut ep, &probs, 0.9);
+        assert_eq!(events.len(), 3, "{events:?}");
+    }
+}

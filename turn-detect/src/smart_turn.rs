@@ -1,0 +1,55 @@
+//! Smart Turn v3.2: the probability that the caller has finished their turn, judged from
+//! the sound of the last 8 s (intonation, pace, a trailing "um"), not the words.
+
+use anyhow::{Context, Result};
+use ort::session::Session;
+use ort::value::Tensor;
+use sublet_models::{onnx_environment, ModelCache};
+
+use crate::mel::{LogMel, N_MELS};
+
+/// Seconds of audio the model looks at.
+pub const WINDOW_S: usize = 8;
+const WINDOW: usize = WINDOW_S * 16_000;
+
+pub struct SmartTurn {
+    session: Session,
+    mel: LogMel,
+}
+
+impl SmartTurn {
+    pub fn load(cache: &ModelCache) -> Result<Self> {
+        let env = onnx_environment(cache).map_err(anyhow::Error::msg)?;
+        let path = cache.smart_turn()?;
+        let session = Session::builder(env)?
+            .with_intra_threads(2)
+            .map_err(|e| anyhow::anyhow!("{e}"))?
+            .commit_from_file(&path)
+            .with_context(|| format!("loading Smart Turn from {}", path.display()))?;
+        Ok(Self {
+            session,
+            mel: LogMel::load(&cache.mel_filters()?)?,
+        })
+    }
+
+    /// End-of-turn probability for 16 kHz audio that ends where the caller stopped; only
+    /// the last 8 s count, shorter audio is zero-padded at the front.
+    pub fn probability(&mut self, audio: &[f32]) -> Result<f32> {
+        let tail = &audio[audio.len().saturating_sub(WINDOW)..];
+        let mut window = vec![0f32; WINDOW - tail.len()];
+        window.extend_from_slice(tail);
+        // Zero mean, unit variance over the whole window, padding included.
+        let mean = window.iter().sum::<f32>() / WINDOW as f32;
+        let var = window.iter().map(|x| (x - mean).powi(2)).sum::<f32>() / WINDOW as f32;
+        let scale = 1.0 / (var + 1e-7).sqrt();
+        for x in &mut window {
+            *x = (*x - mean) * scale;
+        }
+        let features = self.mel.features(&window);
+        let frames = features.len() / N_MELS;
+        let input = Tensor::from_array(([1usize, N_MELS, frames], features))?;
+        let outputs = self.session.run(ort::inputs!["input_features" => input])?;
+        let (_, out) = outputs[0].try_extract_tensor::<f32>()?;
+        Ok(out[0])
+    }
+}

@@ -1,0 +1,124 @@
+//! Sublet's own commands, run as `cargo xtask <command>`:
+//!
+//! - `setup`: system packages (when root), every bundled model into the cache (checked by
+//!   sha256), the Whisper ggml conversion, the recorded test calls. A second run only checks.
+//! - `demo`: setup, then answer the bundled recorded call and print its turn table.
+//! - `test`: setup, then the whole test suite in release.
+
+mod apt;
+mod calls;
+mod fetch;
+mod whisper_ggml;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use sublet_models::ModelCache;
+
+const USAGE: &str = "usage: cargo xtask <command>
+
+commands:
+  setup            install system packages (as root), fetch and check the models, make test calls
+  demo [ARGS]      setup, then answer the bundled recorded call (ARGS go to `playback`)
+  test [ARGS]      setup, then run the whole test suite in release (ARGS go to `cargo test`)
+
+environment:
+  SUBLET_MODELS    the model cache (default ~/.cache/sublet/models)";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("setup") => setup().map(|_| ()),
+        Some("demo") => demo(&args[1..]),
+        Some("test") => test(&args[1..]),
+        Some("-h" | "--help" | "help") | None => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Some(other) => {
+            eprintln!("xtask: unknown command {other:?}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The repository root (the folder above this crate).
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives inside the repository")
+        .to_path_buf()
+}
+
+fn setup() -> Result<ModelCache> {
+    let started = Instant::now();
+    apt::ensure_packages()?;
+    let cache = ModelCache::from_env();
+    eprintln!("setup: model cache {}", cache.root().display());
+    fetch::fetch_all(&cache)?;
+    whisper_ggml::ensure_converted(&cache)?;
+    calls::ensure_calls(&cache)?;
+    eprintln!("setup: ready in {:.1} s", started.elapsed().as_secs_f64());
+    Ok(cache)
+}
+
+fn cargo() -> Command {
+    let mut command = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    command.current_dir(repo_root());
+    command
+}
+
+fn run(mut command: Command) -> Result<()> {
+    let shown = format!("{command:?}");
+    let status = command
+        .status()
+        .with_context(|| format!("starting {shown}"))?;
+    if !status.success() {
+        bail!("{shown} failed ({status})");
+    }
+    Ok(())
+}
+
+fn demo(extra: &[String]) -> Result<()> {
+    let cache = setup()?;
+    let out = repo_root().join("target/demo");
+    std::fs::create_dir_all(&out)?;
+    let call = cache.call(calls::DEMO_CALL)?;
+    eprintln!("demo: building and answering {}", call.display());
+    let mut command = cargo();
+    command
+        .args([
+            "run",
+            "--release",
+            "-p",
+            "sublet-demos",
+            "--bin",
+            "playback",
+            "--",
+        ])
+        .arg(&call)
+        .arg("--out")
+        .arg(out.join("reply.wav"))
+        .arg("--timeline")
+        .arg(out.join("turns.json"))
+        .args(extra);
+    run(command)
+}
+
+fn test(extra: &[String]) -> Result<()> {
+    setup()?;
+    let mut command = cargo();
+    command
+        .args(["test", "--release", "--workspace"])
+        .args(extra);
+    run(command)
+}

@@ -1,0 +1,522 @@
+//! Whisper tiny.en from CTranslate2's `model.bin` into whisper.cpp's ggml file.
+//!
+//! No package ships a ggml Whisper, but one ships the CTranslate2 conversion. The layout
+//! written here is the one whisper.cpp's loader reads (see its `convert-pt-to-ggml.py`):
+//! magic, eleven i32 hyper-parameters, the mel filterbank, the byte-level vocabulary, then
+//! each tensor as (n_dims, name length, type, dims innermost first, name, data). Weights
+//! stay f16; biases, norms and positional embeddings become f32. CTranslate2 fuses the
+//! self-attention q/k/v (and the cross-attention k/v) into one matrix; they are split back,
+//! and the all-zero key bias (Whisper has none) is dropped.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufWriter, Read, Write};
+use std::path::Path;
+
+use anyhow::{bail, ensure, Context, Result};
+use half::f16;
+use sublet_models::{ModelCache, MEL_FILTERS_F32, WHISPER_GGML};
+
+/// Bumped whenever the output changes, so setup redoes the conversion.
+const CONVERTER_VERSION: &str = "1";
+
+pub fn ensure_converted(cache: &ModelCache) -> Result<()> {
+    let out = cache.path(WHISPER_GGML);
+    let stamp = out.with_extension("version");
+    if out.is_file()
+        && std::fs::read_to_string(&stamp).is_ok_and(|s| s == CONVERTER_VERSION)
+        && cache.path(MEL_FILTERS_F32).is_file()
+    {
+        eprintln!("setup: {WHISPER_GGML} ok");
+        return Ok(());
+    }
+    eprintln!("setup: converting Whisper tiny.en (CTranslate2) into {WHISPER_GGML}");
+    let filters = read_mel_filters(&cache.path("stt/mel_filters.npz"))?;
+    let raw: Vec<u8> = filters.iter().flat_map(|v| v.to_le_bytes()).collect();
+    std::fs::write(cache.path(MEL_FILTERS_F32), raw)?;
+    let partial = out.with_extension("partial");
+    convert(
+        &cache.path("stt/ct2-tiny.en/model.bin"),
+        &cache.path("stt/ct2-tiny.en/vocabulary.txt"),
+        &filters,
+        &partial,
+    )?;
+    std::fs::rename(&partial, &out)?;
+    std::fs::write(stamp, CONVERTER_VERSION)?;
+    Ok(())
+}
+
+/// A CTranslate2 variable: its shape and its raw little-endian data.
+struct Variable {
+    dims: Vec<usize>,
+    dtype: u8,
+    data: Vec<u8>,
+}
+
+const CT2_F32: u8 = 0;
+const CT2_I16: u8 = 2;
+const CT2_F16: u8 = 4;
+
+fn read_ct2(path: &Path) -> Result<HashMap<String, Variable>> {
+    let mut bytes = Vec::new();
+    File::open(path)
+        .with_context(|| format!("opening {}", path.display()))?
+        .read_to_end(&mut bytes)?;
+    let mut r = Reader {
+        bytes: &bytes,
+        at: 0,
+    };
+    let version = r.u32()?;
+    ensure!(
+        version >= 5,
+        "CTranslate2 model version {version} is not supported (need 5 or later)"
+    );
+    let spec = r.string()?;
+    ensure!(
+        spec == "WhisperSpec",
+        "{} holds a {spec}, not a Whisper model",
+        path.display()
+    );
+    let _revision = r.u32()?;
+    let mut vars = HashMap::new();
+    for _ in 0..r.u32()? {
+        let name = r.string()?;
+        let rank = r.u8()? as usize;
+        let dims = (0..rank)
+            .map(|_| r.u32().map(|d| d as usize))
+            .collect::<Result<Vec<_>>>()?;
+        let dtype = r.u8()?;
+        let len = r.u32()? as usize;
+        let data = r.take(len)?.to_vec();
+        vars.insert(name, Variable { dims, dtype, data });
+    }
+    Ok(vars)
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl Reader<'_> {
+    fn take(&mut self, n: usize) -> Result<&[u8]> {
+        ensure!(self.at + n <= self.bytes.len(), "model file is truncated");
+        let s = &self.bytes[self.at..self.at + n];
+        self.at += n;
+        Ok(s)
+    }
+    fn u8(&mut self) -> Result<u8> {
+        Ok(self.take(1)?[0])
+    }
+    fn u32(&mut self) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into()?))
+    }
+    fn string(&mut self) -> Result<String> {
+        let n = u16::from_le_bytes(self.take(2)?.try_into()?) as usize;
+        Ok(String::from_utf8_lossy(self.take(n)?)
+            .trim_end_matches('\0')
+            .to_string())
+    }
+}
+
+/// Whisper's 80-bin filterbank, `[80][201]`, from `mel_filters.npz` (a zip of `.npy`).
+pub fn read_mel_filters(npz: &Path) -> Result<Vec<f32>> {
+    let mut zip = zip::ZipArchive::new(
+        File::open(npz).with_context(|| format!("opening {}", npz.display()))?,
+    )?;
+    let mut npy = Vec::new();
+    zip.by_name("mel_80.npy")?.read_to_end(&mut npy)?;
+    ensure!(
+        npy.starts_with(b"\x93NUMPY"),
+        "mel_80.npy is not a .npy array"
+    );
+    let header_len = u16::from_le_bytes([npy[8], npy[9]]) as usize;
+    let header = String::from_utf8_lossy(&npy[10..10 + header_len]);
+    ensure!(
+        header.contains("'<f4'")
+            && header.contains("(80, 201)")
+            && header.contains("'fortran_order': False"),
+        "unexpected mel filter layout: {header}"
+    );
+    let data = &npy[10 + header_len..];
+    ensure!(
+        data.len() == 80 * 201 * 4,
+        "mel_80.npy holds {} bytes, expected {}",
+        data.len(),
+        80 * 201 * 4
+    );
+    Ok(data
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect())
+}
+
+/// GPT-2's byte-to-character table, inverted: the vocabulary file spells bytes as characters.
+fn unicode_to_byte() -> HashMap<char, u8> {
+    let mut printable: Vec<u32> = (b'!' as u32..=b'~' as u32)
+        .chain(0xA1..=0xAC)
+        .chain(0xAE..=0xFF)
+        .collect();
+    let mut chars = printable.clone();
+    let mut extra = 0;
+    for b in 0..256u32 {
+        if !printable.contains(&b) {
+            printable.push(b);
+            chars.push(256 + extra);
+            extra += 1;
+        }
+    }
+    printable
+        .into_iter()
+        .zip(chars)
+        .map(|(b, c)| (char::from_u32(c).expect("valid code point"), b as u8))
+        .collect()
+}
+
+/// A tensor to write, in PyTorch order (outermost dimension first).
+struct Out {
+    name: String,
+    dims: Vec<usize>,
+    values: Values,
+}
+
+enum Values {
+    F16(Vec<u8>),
+    F32(Vec<f32>),
+}
+
+fn convert(model: &Path, vocabulary: &Path, filters: &[f32], out_path: &Path) -> Result<()> {
+    let vars = read_ct2(model)?;
+    let get = |name: &str| {
+        vars.get(name)
+            .with_context(|| format!("CTranslate2 model has no variable {name}"))
+    };
+    let scalar = |name: &str| -> Result<i32> {
+        let v = get(name)?;
+        ensure!(v.dtype == CT2_I16, "{name} is not an int16 scalar");
+        Ok(i16::from_le_bytes([v.data[0], v.data[1]]) as i32)
+    };
+    let layers = |prefix: &str| {
+        (0..)
+            .take_while(|i| vars.contains_key(&format!("{prefix}/layer_{i}/ffn/linear_0/weight")))
+            .count()
+    };
+    let embeddings = get("decoder/embeddings/weight")?;
+    let enc_pos = get("encoder/position_encodings/encodings")?;
+    let dec_pos = get("decoder/position_encodings/encodings")?;
+    let conv1 = get("encoder/conv1/weight")?;
+    let (n_vocab, n_state) = (embeddings.dims[0], embeddings.dims[1]);
+    let hparams = [
+        n_vocab as i32,
+        enc_pos.dims[0] as i32,
+        n_state as i32,
+        scalar("encoder/num_heads")?,
+        layers("encoder") as i32,
+        dec_pos.dims[0] as i32,
+        n_state as i32,
+        scalar("decoder/num_heads")?,
+        layers("decoder") as i32,
+        conv1.dims[1] as i32,
+        1, // f16 weights
+    ];
+
+    let mut tensors = Vec::new();
+    // Rows [from, to) of a 2-D weight or of a 1-D bias.
+    let rows = |name: &str, from: usize, to: usize| -> Result<(Vec<usize>, &[u8], u8)> {
+        let v = get(name)?;
+        let row_len: usize = v.dims[1..].iter().product::<usize>().max(1);
+        let width = if v.dtype == CT2_F16 { 2 } else { 4 };
+        let mut dims = v.dims.clone();
+        dims[0] = to - from;
+        Ok((
+            dims,
+            &v.data[from * row_len * width..to * row_len * width],
+            v.dtype,
+        ))
+    };
+    let mut push =
+        |name: String, (dims, data, dtype): (Vec<usize>, &[u8], u8), f32_out: bool| -> Result<()> {
+            let values = match (dtype, f32_out) {
+                (CT2_F16, false) => Values::F16(data.to_vec()),
+                (CT2_F16, true) => Values::F32(
+                    data.chunks_exact(2)
+                        .map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32())
+                        .collect(),
+                ),
+                (CT2_F32, true) => Values::F32(
+                    data.chunks_exact(4)
+                        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                        .collect(),
+                ),
+                (CT2_F32, false) => Values::F16(
+                    data.chunks_exact(4)
+                        .flat_map(|b| {
+                            f16::from_f32(f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                                .to_le_bytes()
+                        })
+                        .collect(),
+                ),
+                (other, _) => bail!("{name}: unsupported CTranslate2 type {other}"),
+            };
+            tensors.push(Out { name, dims, values });
+            Ok(())
+        };
+    let whole = |name: &str| -> Result<(Vec<usize>, &[u8], u8)> {
+        let v = get(name)?;
+        Ok((v.dims.clone(), &v.data[..], v.dtype))
+    };
+    let conv_bias = |name: &str| -> Result<(Vec<usize>, &[u8], u8)> {
+        let v = get(name)?;
+        Ok((vec![v.dims[0], 1], &v.data[..], v.dtype))
+    };
+    let s = n_state;
+
+    push(
+        "encoder.positional_embedding".into(),
+        whole("encoder/position_encodings/encodings")?,
+        true,
+    )?;
+    push(
+        "encoder.conv1.weight".into(),
+        whole("encoder/conv1/weight")?,
+        false,
+    )?;
+    push(
+        "encoder.conv1.bias".into(),
+        conv_bias("encoder/conv1/bias")?,
+        true,
+    )?;
+    push(
+        "encoder.conv2.weight".into(),
+        whole("encoder/conv2/weight")?,
+        false,
+    )?;
+    push(
+        "encoder.conv2.bias".into(),
+        conv_bias("encoder/conv2/bias")?,
+        true,
+    )?;
+    for (side, count) in [
+        ("encoder", hparams[4] as usize),
+        ("decoder", hparams[8] as usize),
+    ] {
+        for i in 0..count {
+            let ct = format!("{side}/layer_{i}");
+            let gg = format!("{side}.blocks.{i}");
+            let mut norm = |ct_norm: String, gg_norm: String| -> Result<()> {
+                push(
+                    format!("{gg_norm}.weight"),
+                    whole(&format!("{ct_norm}/gamma"))?,
+                    true,
+                )?;
+                push(
+                    format!("{gg_norm}.bias"),
+                    whole(&format!("{ct_norm}/beta"))?,
+                    true,
+                )
+            };
+            norm(
+                format!("{ct}/self_attention/layer_norm"),
+                format!("{gg}.attn_ln"),
+            )?;
+            norm(format!("{ct}/ffn/layer_norm"), format!("{gg}.mlp_ln"))?;
+            if side == "decoder" {
+                norm(
+                    format!("{ct}/attention/layer_norm"),
+                    format!("{gg}.cross_attn_ln"),
+                )?;
+            }
+            let qkv = format!("{ct}/self_attention/linear_0");
+            push(
+                format!("{gg}.attn.query.weight"),
+                rows(&format!("{qkv}/weight"), 0, s)?,
+                false,
+            )?;
+            push(
+                format!("{gg}.attn.query.bias"),
+                rows(&format!("{qkv}/bias"), 0, s)?,
+                true,
+            )?;
+            push(
+                format!("{gg}.attn.key.weight"),
+                rows(&format!("{qkv}/weight"), s, 2 * s)?,
+                false,
+            )?;
+            push(
+                format!("{gg}.attn.value.weight"),
+                rows(&format!("{qkv}/weight"), 2 * s, 3 * s)?,
+                false,
+            )?;
+            push(
+                format!("{gg}.attn.value.bias"),
+                rows(&format!("{qkv}/bias"), 2 * s, 3 * s)?,
+                true,
+            )?;
+            push(
+                format!("{gg}.attn.out.weight"),
+                whole(&format!("{ct}/self_attention/linear_1/weight"))?,
+                false,
+            )?;
+            push(
+                format!("{gg}.attn.out.bias"),
+                whole(&format!("{ct}/self_attention/linear_1/bias"))?,
+                true,
+            )?;
+            if side == "decoder" {
+                let (q, kv, o) = (
+                    format!("{ct}/attention/linear_0"),
+                    format!("{ct}/attention/linear_1"),
+                    format!("{ct}/attention/linear_2"),
+                );
+                push(
+                    format!("{gg}.cross_attn.query.weight"),
+                    whole(&format!("{q}/weight"))?,
+                    false,
+                )?;
+                push(
+                    format!("{gg}.cross_attn.query.bias"),
+                    whole(&format!("{q}/bias"))?,
+                    true,
+                )?;
+                push(
+                    format!("{gg}.cross_attn.key.weight"),
+                    rows(&format!("{kv}/weight"), 0, s)?,
+                    false,
+                )?;
+                push(
+                    format!("{gg}.cross_attn.value.weight"),
+                    rows(&format!("{kv}/weight"), s, 2 * s)?,
+                    false,
+                )?;
+                push(
+                    format!("{gg}.cross_attn.value.bias"),
+                    rows(&format!("{kv}/bias"), s, 2 * s)?,
+                    true,
+                )?;
+                push(
+                    format!("{gg}.cross_attn.out.weight"),
+                    whole(&format!("{o}/weight"))?,
+                    false,
+                )?;
+                push(
+                    format!("{gg}.cross_attn.out.bias"),
+                    whole(&format!("{o}/bias"))?,
+                    true,
+                )?;
+            }
+            push(
+                format!("{gg}.mlp.0.weight"),
+                whole(&format!("{ct}/ffn/linear_0/weight"))?,
+                false,
+            )?;
+            push(
+                format!("{gg}.mlp.0.bias"),
+                whole(&format!("{ct}/ffn/linear_0/bias"))?,
+                true,
+            )?;
+            push(
+                format!("{gg}.mlp.2.weight"),
+                whole(&format!("{ct}/ffn/linear_1/weight"))?,
+                false,
+            )?;
+            push(
+                format!("{gg}.mlp.2.bias"),
+                whole(&format!("{ct}/ffn/linear_1/bias"))?,
+                true,
+            )?;
+        }
+    }
+    push(
+        "encoder.ln_post.weight".into(),
+        whole("encoder/layer_norm/gamma")?,
+        true,
+    )?;
+    push(
+        "encoder.ln_post.bias".into(),
+        whole("encoder/layer_norm/beta")?,
+        true,
+    )?;
+    push(
+        "decoder.positional_embedding".into(),
+        whole("decoder/position_encodings/encodings")?,
+        true,
+    )?;
+    push(
+        "decoder.token_embedding.weight".into(),
+        whole("decoder/embeddings/weight")?,
+        false,
+    )?;
+    push(
+        "decoder.ln.weight".into(),
+        whole("decoder/layer_norm/gamma")?,
+        true,
+    )?;
+    push(
+        "decoder.ln.bias".into(),
+        whole("decoder/layer_norm/beta")?,
+        true,
+    )?;
+
+    // The text tokens, as bytes; whisper.cpp adds the special tokens itself.
+    let table = unicode_to_byte();
+    let words: Vec<Vec<u8>> = std::fs::read_to_string(vocabulary)
+        .with_context(|| format!("reading {}", vocabulary.display()))?
+        .lines()
+        .take_while(|w| !w.starts_with("<|"))
+        .map(|w| {
+            w.chars()
+                .map(|c| table.get(&c).copied().unwrap_or(b'?'))
+                .collect()
+        })
+        .collect();
+    ensure!(
+        words.len() > 50_000,
+        "vocabulary has only {} text tokens",
+        words.len()
+    );
+
+    let mut w = BufWriter::new(
+        File::create(out_path).with_context(|| format!("creating {}", out_path.display()))?,
+    );
+    let i32s = |w: &mut BufWriter<File>, values: &[i32]| -> Result<()> {
+        for v in values {
+            w.write_all(&v.to_le_bytes())?;
+        }
+        Ok(())
+    };
+    w.write_all(&0x6767_6d6c_u32.to_le_bytes())?;
+    i32s(&mut w, &hparams)?;
+    i32s(&mut w, &[80, 201])?;
+    for f in filters {
+        w.write_all(&f.to_le_bytes())?;
+    }
+    i32s(&mut w, &[words.len() as i32])?;
+    for word in &words {
+        i32s(&mut w, &[word.len() as i32])?;
+        w.write_all(word)?;
+    }
+    for t in &tensors {
+        let ftype = matches!(t.values, Values::F16(_)) as i32;
+        i32s(&mut w, &[t.dims.len() as i32, t.name.len() as i32, ftype])?;
+        let reversed: Vec<i32> = t.dims.iter().rev().map(|&d| d as i32).collect();
+        i32s(&mut w, &reversed)?;
+        w.write_all(t.name.as_bytes())?;
+        match &t.values {
+            Values::F16(bytes) => w.write_all(bytes)?,
+            Values::F32(values) => {
+                for v in values {
+                    w.write_all(&v.to_le_bytes())?;
+                }
+            }
+        }
+    }
+    w.flush()?;
+    eprintln!(
+        "setup: wrote {} tensors, {} text tokens (vocab {n_vocab}, {} + {} layers)",
+        tensors.len(),
+        words.len(),
+        hparams[4],
+        hparams[8]
+    );
+    Ok(())
+}
