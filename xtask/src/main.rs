@@ -71,9 +71,44 @@ fn setup() -> Result<ModelCache> {
     Ok(cache)
 }
 
+/// A cargo command for the main workspace, in the environment the user's own shell would
+/// give it: `cargo run` added variables for this xtask (its package's metadata, library
+/// paths) that build scripts watch, and passing them on would rebuild the workspace's
+/// dependencies every time the build switches between `cargo xtask` and plain `cargo`.
 fn cargo() -> Command {
     let mut command = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
     command.current_dir(repo_root());
+    for (key, value) in std::env::vars_os() {
+        let key_str = key.to_string_lossy();
+        let set_by_cargo_run = key_str.starts_with("CARGO_PKG_")
+            || matches!(
+                key_str.as_ref(),
+                "CARGO_MANIFEST_DIR"
+                    | "CARGO_MANIFEST_PATH"
+                    | "CARGO_CRATE_NAME"
+                    | "CARGO_BIN_NAME"
+                    | "CARGO_PRIMARY_PACKAGE"
+            );
+        if set_by_cargo_run {
+            command.env_remove(&key);
+        } else if key_str == "LD_LIBRARY_PATH" {
+            let kept: Vec<PathBuf> = std::env::split_paths(&value)
+                .filter(|p| {
+                    let p = p.to_string_lossy();
+                    !p.contains("/target/")
+                        && !p.contains("/toolchains/")
+                        && !p.ends_with("/target")
+                })
+                .collect();
+            match kept.is_empty() {
+                true => command.env_remove(&key),
+                false => command.env(
+                    &key,
+                    std::env::join_paths(kept).expect("paths came from the environment"),
+                ),
+            };
+        }
+    }
     command
 }
 
