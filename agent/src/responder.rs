@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use sublet_audio::Audio;
-use sublet_engine::{ChatRequest, Engine, Message, Role, StreamEvent};
+use sublet_engine::{ChatRequest, Engine, Message, Role, StreamEvent, VOICE_PRIORITY};
 use sublet_stt::Transcriber;
 use sublet_tts::Voice;
 
@@ -83,16 +83,15 @@ impl Responder {
             .saturating_sub(self.config.history_messages);
         messages.extend_from_slice(&self.history[keep..]);
         let mut stream = self.engine.chat(ChatRequest {
-            messages,
-            max_tokens: self.config.max_reply_tokens,
-            temperature: None,
+            priority: VOICE_PRIORITY,
+            ..ChatRequest::new(messages, self.config.max_reply_tokens)
         })?;
 
         let mut splitter = SentenceSplitter::new();
         let mut reply = String::new();
         let (mut first_token_s, mut first_sentence_s, mut first_audio_s) = (None, None, None);
         while let Some(event) = stream.next_blocking() {
-            match event.map_err(anyhow::Error::msg).context("engine reply")? {
+            match event.context("engine reply")? {
                 StreamEvent::Text(text) => {
                     first_token_s.get_or_insert_with(|| call_time(Instant::now()));
                     reply.push_str(&text);

@@ -22,7 +22,9 @@ use mistralrs_core::{
 };
 use sublet_models::ModelCache;
 
-pub use stream::{Finish, ReplyStream, StreamEvent};
+pub use stream::{EngineError, Finish, ReplyStream, StreamEvent};
+
+pub mod server;
 
 /// How the engine loads and runs.
 #[derive(Debug, Clone)]
@@ -84,8 +86,31 @@ impl Message {
 pub struct ChatRequest {
     pub messages: Vec<Message>,
     pub max_tokens: usize,
-    /// `None` samples greedily.
+    /// `None` or 0 samples greedily.
     pub temperature: Option<f64>,
+    /// Nucleus sampling, with a temperature.
+    pub top_p: Option<f64>,
+    /// Scheduling priority, lower is more urgent (vLLM's convention): [`VOICE_PRIORITY`]
+    /// for a caller's turn, [`AGENT_PRIORITY`] by default for API requests.
+    pub priority: i32,
+}
+
+/// The priority of a voice turn.
+pub const VOICE_PRIORITY: i32 = 0;
+/// The priority an API request gets when it names none.
+pub const AGENT_PRIORITY: i32 = 1;
+
+impl ChatRequest {
+    /// A greedy request at agent priority.
+    pub fn new(messages: Vec<Message>, max_tokens: usize) -> Self {
+        Self {
+            messages,
+            max_tokens,
+            temperature: None,
+            top_p: None,
+            priority: AGENT_PRIORITY,
+        }
+    }
 }
 
 /// The engine: one model, shared by every caller and agent in the process.
@@ -127,9 +152,39 @@ impl Engine {
         &self.model_name
     }
 
-    /// Starts a chat completion; its text streams back through the returned stream, and
-    /// dropping the stream cancels it in the engine (at its next token).
+    /// Most tokens a prompt plus its reply may take, when the model says.
+    pub fn max_sequence_length(&self) -> Option<usize> {
+        self.runner.max_sequence_length(None).ok().flatten()
+    }
+
+    /// Starts a chat completion from a plain thread; its text streams back through the
+    /// returned stream, and dropping the stream cancels it in the engine (at its next
+    /// token). Must not be called from inside an async runtime: use [`Engine::chat_async`].
     pub fn chat(&self, request: ChatRequest) -> Result<ReplyStream> {
+        self.runtime.block_on(self.chat_async(request))
+    }
+
+    /// [`Engine::chat`] for async callers (the HTTP server).
+    pub async fn chat_async(&self, request: ChatRequest) -> Result<ReplyStream> {
+        let (normal, rx) = self.normal_request(request);
+        let sender = self
+            .runner
+            .get_sender(None)
+            .map_err(|e| anyhow::anyhow!("engine is not running: {e}"))?;
+        sender
+            .send(Request::Normal(Box::new(normal)))
+            .await
+            .map_err(|_| anyhow::anyhow!("engine stopped"))?;
+        Ok(ReplyStream::spawn(self.runtime.handle(), rx))
+    }
+
+    fn normal_request(
+        &self,
+        request: ChatRequest,
+    ) -> (
+        NormalRequest,
+        tokio::sync::mpsc::Receiver<mistralrs_core::Response>,
+    ) {
         let messages = request
             .messages
             .iter()
@@ -142,9 +197,10 @@ impl Engine {
             .collect();
         let mut sampling = SamplingParams::deterministic();
         sampling.max_len = Some(request.max_tokens);
-        if let Some(t) = request.temperature {
+        if let Some(t) = request.temperature.filter(|t| *t > 0.0) {
             sampling.temperature = Some(t);
             sampling.top_k = None;
+            sampling.top_p = request.top_p;
         }
         let (tx, rx) = tokio::sync::mpsc::channel(64);
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -169,14 +225,7 @@ impl Engine {
             model_id: None,
             truncate_sequence: false,
         };
-        let sender = self
-            .runner
-            .get_sender(None)
-            .map_err(|e| anyhow::anyhow!("engine is not running: {e}"))?;
-        sender
-            .blocking_send(Request::Normal(Box::new(normal)))
-            .map_err(|_| anyhow::anyhow!("engine stopped"))?;
-        Ok(ReplyStream::spawn(&self.runtime, rx))
+        (normal, rx)
     }
 }
 

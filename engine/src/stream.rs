@@ -12,6 +12,29 @@ pub struct Finish {
     pub completion_tokens: usize,
 }
 
+/// Why a request failed in the engine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineError {
+    /// True when the request itself was at fault (a prompt longer than the model takes).
+    pub invalid_request: bool,
+    pub message: String,
+}
+
+impl std::fmt::Display for EngineError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for EngineError {}
+
+fn internal(message: impl Into<String>) -> EngineError {
+    EngineError {
+        invalid_request: false,
+        message: message.into(),
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StreamEvent {
     /// The next piece of the reply's text (usually one token).
@@ -23,7 +46,7 @@ pub enum StreamEvent {
 /// The streamed reply of one request. Dropping it cancels the request: the engine stops
 /// the sequence when its next token finds no one listening.
 pub struct ReplyStream {
-    rx: mpsc::UnboundedReceiver<Result<StreamEvent, String>>,
+    rx: mpsc::UnboundedReceiver<Result<StreamEvent, EngineError>>,
     finished: bool,
 }
 
@@ -31,7 +54,7 @@ impl ReplyStream {
     /// Forwards the engine's bounded channel into an unbounded one, so a slow reader never
     /// holds up the engine's step loop.
     pub(crate) fn spawn(
-        runtime: &tokio::runtime::Runtime,
+        runtime: &tokio::runtime::Handle,
         mut engine_rx: mpsc::Receiver<Response>,
     ) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
@@ -47,7 +70,7 @@ impl ReplyStream {
                     return;
                 }
             }
-            let _ = tx.send(Err("the engine dropped the request".into()));
+            let _ = tx.send(Err(internal("the engine dropped the request")));
         });
         Self {
             rx,
@@ -56,7 +79,7 @@ impl ReplyStream {
     }
 
     /// Waits for the next event; `None` after [`StreamEvent::Done`] or an error.
-    pub fn next_blocking(&mut self) -> Option<Result<StreamEvent, String>> {
+    pub fn next_blocking(&mut self) -> Option<Result<StreamEvent, EngineError>> {
         if self.finished {
             return None;
         }
@@ -66,7 +89,7 @@ impl ReplyStream {
     }
 
     /// Waits for the next event, asynchronously.
-    pub async fn next(&mut self) -> Option<Result<StreamEvent, String>> {
+    pub async fn next(&mut self) -> Option<Result<StreamEvent, EngineError>> {
         if self.finished {
             return None;
         }
@@ -75,14 +98,27 @@ impl ReplyStream {
         item
     }
 
-    fn note(&mut self, item: &Option<Result<StreamEvent, String>>) {
+    /// Polls for the next event (for hand-written futures and streams).
+    pub fn poll_next(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<StreamEvent, EngineError>>> {
+        if self.finished {
+            return std::task::Poll::Ready(None);
+        }
+        let item = std::task::ready!(self.rx.poll_recv(cx));
+        self.note(&item);
+        std::task::Poll::Ready(item)
+    }
+
+    fn note(&mut self, item: &Option<Result<StreamEvent, EngineError>>) {
         if !matches!(item, Some(Ok(StreamEvent::Text(_)))) {
             self.finished = true;
         }
     }
 
     /// Reads the whole reply (blocking); returns its text and how it ended.
-    pub fn collect_blocking(mut self) -> Result<(String, Finish), String> {
+    pub fn collect_blocking(mut self) -> Result<(String, Finish), EngineError> {
         let mut text = String::new();
         while let Some(event) = self.next_blocking() {
             match event? {
@@ -90,12 +126,12 @@ impl ReplyStream {
                 StreamEvent::Done(finish) => return Ok((text, finish)),
             }
         }
-        Err("stream ended without a result".into())
+        Err(internal("stream ended without a result"))
     }
 }
 
 /// The events one engine response carries, and whether it is the last.
-fn translate(response: Response) -> (Vec<Result<StreamEvent, String>>, bool) {
+fn translate(response: Response) -> (Vec<Result<StreamEvent, EngineError>>, bool) {
     match response {
         Response::Chunk(chunk) => {
             let mut events = Vec::new();
@@ -133,12 +169,18 @@ fn translate(response: Response) -> (Vec<Result<StreamEvent, String>>, bool) {
             (vec![Ok(StreamEvent::Done(finish))], true)
         }
         Response::ModelError(message, _) | Response::CompletionModelError(message, _) => {
-            (vec![Err(format!("model error: {message}"))], true)
+            (vec![Err(internal(format!("model error: {message}")))], true)
         }
-        Response::InternalError(e) => (vec![Err(format!("engine error: {e}"))], true),
-        Response::ValidationError(e) => (vec![Err(format!("invalid request: {e}"))], true),
+        Response::InternalError(e) => (vec![Err(internal(format!("engine error: {e}")))], true),
+        Response::ValidationError(e) => (
+            vec![Err(EngineError {
+                invalid_request: true,
+                message: e.to_string(),
+            })],
+            true,
+        ),
         _ => (
-            vec![Err("unexpected response kind from the engine".into())],
+            vec![Err(internal("unexpected response kind from the engine"))],
             true,
         ),
     }

@@ -131,6 +131,11 @@ pub const WHISPER_GGML: &str = "stt/ggml-tiny.en.bin";
 pub const MEL_FILTERS_F32: &str = "stt/mel_filters_80x201.f32";
 /// The folder of recorded test calls setup speaks with espeak-ng.
 pub const CALLS_DIR: &str = "calls";
+/// A Python virtual environment with the official client libraries the tests drive
+/// Sublet with (`openai`).
+pub const PYTHON_ENV: &str = "python";
+/// The client libraries setup installs into [`PYTHON_ENV`], pinned.
+pub const PYTHON_PACKAGES: &[&str] = &["openai==3.57.0"];
 
 /// The cache folder and the paths of the files in it.
 #[derive(Debug, Clone)]
@@ -208,6 +213,11 @@ impl ModelCache {
     /// whisper.cpp's `jfk.wav` sample (11 s of speech, 16 kHz mono).
     pub fn jfk_wav(&self) -> Result<PathBuf, MissingModel> {
         self.require("samples/jfk.wav")
+    }
+
+    /// The Python interpreter of the test clients' environment.
+    pub fn python(&self) -> Result<PathBuf, MissingModel> {
+        self.require(&format!("{PYTHON_ENV}/bin/python"))
     }
 
     /// A recorded test call made by setup, by file name (e.g. `three_turns.wav`).

@@ -11,6 +11,9 @@ use whisper_rs::{
     FullParams, SamplingStrategy, WhisperContext, WhisperContextParameters, WhisperState,
 };
 
+/// Encoder frames (20 ms each) kept beyond the audio's own length.
+const AUDIO_CTX_MARGIN: i32 = 64;
+
 /// A loaded Whisper model with one decoding state (one transcription at a time).
 pub struct Transcriber {
     // The state borrows the model's weights through a shared handle inside whisper-rs.
@@ -58,6 +61,12 @@ impl Transcriber {
         params.set_print_timestamps(false);
         params.set_suppress_blank(true);
         params.set_no_timestamps(true);
+        // Whisper encodes 30 s windows (1500 frames, 50 a second) whatever the audio's
+        // length; a voice turn lasts a few seconds, so encode only what it needs plus a
+        // margin. This is most of the transcription time on CPU.
+        let seconds = audio.len() as f64 / 16_000.0;
+        let frames = ((seconds * 50.0).ceil() as i32 + AUDIO_CTX_MARGIN).min(1500);
+        params.set_audio_ctx(frames);
         self.state
             .full(params, audio)
             .context("Whisper transcription failed")?;

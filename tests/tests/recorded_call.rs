@@ -59,10 +59,11 @@ fn a_three_turn_call_gets_three_timed_replies() {
 fn the_engine_streams_and_cancels() {
     let cache = ModelCache::from_env();
     let engine = Arc::new(Engine::load(&EngineConfig::bundled(&cache).unwrap()).unwrap());
-    let request = |max_tokens| ChatRequest {
-        messages: vec![Message::new(Role::User, "What is the capital of France?")],
-        max_tokens,
-        temperature: None,
+    let request = |max_tokens| {
+        ChatRequest::new(
+            vec![Message::new(Role::User, "What is the capital of France?")],
+            max_tokens,
+        )
     };
     let (text, finish) = engine
         .chat(request(24))

@@ -13,6 +13,7 @@ const PACKAGES: &[&str] = &[
     "espeak-ng",
     "libespeak-ng-dev",
     "python3-pip",
+    "python3-venv",
     "npm",
 ];
 
@@ -20,6 +21,7 @@ const PACKAGES: &[&str] = &[
 /// package is required when the tool is missing.
 const SATISFIED_BY_TOOL: &[(&str, &[&str])] = &[
     ("python3-pip", &["python3", "-m", "pip", "--version"]),
+    ("python3-venv", &["python3", "-c", "import venv, ensurepip"]),
     ("npm", &["npm", "--version"]),
 ];
 

@@ -13,7 +13,7 @@ use sublet_models::{ModelCache, CALLS_DIR};
 pub const DEMO_CALL: &str = "three_turns.wav";
 
 /// Bumped whenever a call's script changes.
-const CALLS_VERSION: &str = "2";
+const CALLS_VERSION: &str = "3";
 
 struct Script {
     file: &'static str,
@@ -24,16 +24,37 @@ struct Script {
     turns: &'static [(&'static str, f64)],
 }
 
-const SCRIPTS: &[Script] = &[Script {
-    file: DEMO_CALL,
-    voice: "en-us",
-    lead_s: 1.0,
-    turns: &[
-        ("Hello. What is the capital of France?", 8.0),
-        ("How many legs does a spider have?", 8.0),
-        ("Can you tell me a fun fact about the ocean?", 8.0),
-    ],
-}];
+const SCRIPTS: &[Script] = &[
+    Script {
+        file: DEMO_CALL,
+        voice: "en-us",
+        lead_s: 1.0,
+        turns: &[
+            ("Hello. What is the capital of France?", 8.0),
+            ("How many legs does a spider have?", 8.0),
+            ("Can you tell me a fun fact about the ocean?", 8.0),
+        ],
+    },
+    Script {
+        file: "trip_planning.wav",
+        voice: "en-us+f3",
+        lead_s: 0.5,
+        turns: &[
+            ("Hi, I would like some help planning a weekend trip.", 8.0),
+            ("What should I pack for two days by the sea?", 8.0),
+        ],
+    },
+    Script {
+        file: "quick_questions.wav",
+        voice: "en-us+m7",
+        lead_s: 1.5,
+        turns: &[
+            ("Good morning. Is it going to rain today?", 7.0),
+            ("What is two plus two?", 7.0),
+            ("Great, thanks for your help.", 6.0),
+        ],
+    },
+];
 
 pub fn ensure_calls(cache: &ModelCache) -> Result<()> {
     let dir = cache.path(CALLS_DIR);

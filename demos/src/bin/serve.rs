@@ -1,0 +1,66 @@
+//! Serves the bundled engine over the OpenAI-compatible API, for coding agents.
+//!
+//! ```text
+//! serve [--addr 127.0.0.1:8000] [--api-key KEY]
+//! ```
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use sublet_engine::server::{router, Metrics, ServerConfig};
+use sublet_engine::{Engine, EngineConfig};
+use sublet_models::ModelCache;
+
+#[derive(Parser, Debug)]
+#[command(name = "serve")]
+struct Args {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:8000")]
+    addr: SocketAddr,
+    /// Require this key as `Authorization: Bearer <key>` (default: `SUBLET_API_KEY`, else none).
+    #[arg(long, env = "SUBLET_API_KEY")]
+    api_key: Option<String>,
+}
+
+fn run(args: Args) -> Result<()> {
+    let cache = ModelCache::from_env();
+    let engine = Arc::new(Engine::load(&EngineConfig::bundled(&cache)?)?);
+    let config = ServerConfig {
+        api_key: args.api_key,
+        ..ServerConfig::default()
+    };
+    let app = router(engine.clone(), config, Arc::new(Metrics::default()));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind(args.addr)
+            .await
+            .with_context(|| format!("cannot listen on {}", args.addr))?;
+        eprintln!(
+            "serve: {} on http://{}/v1",
+            engine.model_name(),
+            listener.local_addr()?
+        );
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async {
+                let _ = tokio::signal::ctrl_c().await;
+            })
+            .await
+            .context("server failed")
+    })
+}
+
+fn main() -> ExitCode {
+    match run(Args::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("serve: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,256 @@
+//! The OpenAI chat-completions wire format: what a request may hold, how it is checked,
+//! and the objects the server answers with.
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::{ChatRequest, Message, Role, AGENT_PRIORITY};
+
+/// A chat completion request as clients send it. Unknown fields are ignored, as OpenAI's
+/// own server does for the ones it does not use.
+#[derive(Debug, Deserialize)]
+pub struct ChatCompletionBody {
+    pub model: Option<String>,
+    pub messages: Vec<WireMessage>,
+    pub max_tokens: Option<u64>,
+    pub max_completion_tokens: Option<u64>,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub n: Option<u64>,
+    #[serde(default)]
+    pub stream: bool,
+    pub stream_options: Option<StreamOptions>,
+    /// Scheduling priority, lower is more urgent (vLLM's extension).
+    pub priority: Option<i32>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct StreamOptions {
+    #[serde(default)]
+    pub include_usage: bool,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct WireMessage {
+    pub role: String,
+    pub content: Option<Content>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Content {
+    Text(String),
+    Parts(Vec<ContentPart>),
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ContentPart {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub text: Option<String>,
+}
+
+/// A client error: HTTP status, OpenAI error type, the offending parameter, a message.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiError {
+    pub status: u16,
+    pub kind: &'static str,
+    pub param: Option<&'static str>,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn invalid(param: Option<&'static str>, message: impl Into<String>) -> Self {
+        Self {
+            status: 400,
+            kind: "invalid_request_error",
+            param,
+            message: message.into(),
+        }
+    }
+
+    pub fn body(&self) -> Value {
+        json!({"error": {
+            "message": self.message,
+            "type": self.kind,
+            "param": self.param,
+            "code": Value::Null,
+        }})
+    }
+}
+
+/// Limits the server enforces before a request reaches the engine.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Most tokens a reply may ask for.
+    pub max_tokens: usize,
+    /// Reply length when the request names none.
+    pub default_max_tokens: usize,
+}
+
+impl ChatCompletionBody {
+    /// Checks the request and turns it into the engine's.
+    pub fn into_request(self, limits: &Limits) -> Result<(ChatRequest, bool), ApiError> {
+        if self.messages.is_empty() {
+            return Err(ApiError::invalid(
+                Some("messages"),
+                "messages must hold at least one message",
+            ));
+        }
+        let mut messages = Vec::with_capacity(self.messages.len());
+        for (i, m) in self.messages.into_iter().enumerate() {
+            let role = match m.role.as_str() {
+                "system" | "developer" => Role::System,
+                "user" => Role::User,
+                "assistant" => Role::Assistant,
+                other => {
+                    return Err(ApiError::invalid(
+                        Some("messages"),
+                        format!("messages[{i}].role {other:?} is not one of system, developer, user, assistant"),
+                    ))
+                }
+            };
+            let content =
+                match m.content {
+                    None => String::new(),
+                    Some(Content::Text(t)) => t,
+                    Some(Content::Parts(parts)) => {
+                        let mut text = String::new();
+                        for part in parts {
+                            match (part.kind.as_str(), part.text) {
+                                ("text", Some(t)) => text.push_str(&t),
+                                (kind, _) => return Err(ApiError::invalid(
+                                    Some("messages"),
+                                    format!(
+                                        "messages[{i}] has a {kind:?} part; only text is served"
+                                    ),
+                                )),
+                            }
+                        }
+                        text
+                    }
+                };
+            messages.push(Message::new(role, content));
+        }
+        if self.n.is_some_and(|n| n != 1) {
+            return Err(ApiError::invalid(Some("n"), "only n = 1 is supported"));
+        }
+        let max_tokens = match self.max_completion_tokens.or(self.max_tokens) {
+            None => limits.default_max_tokens,
+            Some(0) => {
+                return Err(ApiError::invalid(
+                    Some("max_tokens"),
+                    "max_tokens must be at least 1",
+                ))
+            }
+            Some(n) if n > limits.max_tokens as u64 => {
+                return Err(ApiError::invalid(
+                    Some("max_tokens"),
+                    format!(
+                        "max_tokens {n} is more than this server allows ({})",
+                        limits.max_tokens
+                    ),
+                ))
+            }
+            Some(n) => n as usize,
+        };
+        if let Some(t) = self.temperature {
+            if !(0.0..=2.0).contains(&t) {
+                return Err(ApiError::invalid(
+                    Some("temperature"),
+                    "temperature must be between 0 and 2",
+                ));
+            }
+        }
+        if let Some(p) = self.top_p {
+            if !(p > 0.0 && p <= 1.0) {
+                return Err(ApiError::invalid(Some("top_p"), "top_p must be in (0, 1]"));
+            }
+        }
+        let include_usage = self.stream_options.is_some_and(|o| o.include_usage);
+        Ok((
+            ChatRequest {
+                messages,
+                max_tokens,
+                temperature: self.temperature,
+                top_p: self.top_p,
+                priority: self.priority.unwrap_or(AGENT_PRIORITY),
+            },
+            include_usage,
+        ))
+    }
+}
+
+pub fn chunk(id: &str, created: u64, model: &str, delta: Value, finish: Option<&str>) -> Value {
+    json!({
+        "id": id,
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": model,
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    })
+}
+
+pub fn usage(prompt: usize, completion: usize) -> Value {
+    json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(body: Value) -> Result<(ChatRequest, bool), ApiError> {
+        let limits = Limits {
+            max_tokens: 512,
+            default_max_tokens: 128,
+        };
+        serde_json::from_value::<ChatCompletionBody>(body)
+            .unwrap()
+            .into_request(&limits)
+    }
+
+    #[test]
+    fn accepts_what_openai_clients_send() {
+        let (req, usage) = parse(json!({
+            "model": "x", "stream": true, "stream_options": {"include_usage": true},
+            "messages": [{"role": "system", "content": "be brief"},
+                         {"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+            "user": "someone", "priority": 5
+        }))
+        .unwrap();
+        assert!(usage);
+        assert_eq!(req.priority, 5);
+        assert_eq!(req.max_tokens, 128);
+        assert_eq!(req.messages[1], Message::new(Role::User, "hi"));
+        assert_eq!(
+            parse(json!({"messages": [{"role": "user", "content": "x"}]}))
+                .unwrap()
+                .0
+                .priority,
+            AGENT_PRIORITY
+        );
+    }
+
+    #[test]
+    fn refuses_what_it_cannot_serve() {
+        let err = |b: Value| parse(b).unwrap_err();
+        assert_eq!(err(json!({"messages": []})).param, Some("messages"));
+        assert_eq!(
+            err(json!({"messages": [{"role": "robot", "content": "x"}]})).status,
+            400
+        );
+        assert_eq!(
+            err(json!({"messages": [{"role": "user", "content": "x"}], "max_tokens": 100000}))
+                .param,
+            Some("max_tokens")
+        );
+        assert_eq!(
+            err(json!({"messages": [{"role": "user", "content": "x"}], "temperature": 7})).param,
+            Some("temperature")
+        );
+        assert_eq!(
+            err(json!({"messages": [{"role": "user", "content": "x"}], "n": 3})).param,
+            Some("n")
+        );
+    }
+}
