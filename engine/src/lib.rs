@@ -24,6 +24,7 @@ use sublet_models::ModelCache;
 
 pub use stream::{EngineError, Finish, ReplyStream, StreamEvent};
 
+pub mod make_room;
 pub mod server;
 
 /// How the engine loads and runs.

@@ -110,26 +110,27 @@ impl ChatCompletionBody {
                     ))
                 }
             };
-            let content =
-                match m.content {
-                    None => String::new(),
-                    Some(Content::Text(t)) => t,
-                    Some(Content::Parts(parts)) => {
-                        let mut text = String::new();
-                        for part in parts {
-                            match (part.kind.as_str(), part.text) {
-                                ("text", Some(t)) => text.push_str(&t),
-                                (kind, _) => return Err(ApiError::invalid(
+            let content = match m.content {
+                None => String::new(),
+                Some(Content::Text(t)) => t,
+                Some(Content::Parts(parts)) => {
+                    let mut text = String::new();
+                    for part in parts {
+                        match (part.kind.as_str(), part.text) {
+                            ("text", Some(t)) => text.push_str(&t),
+                            (kind, _) => {
+                                return Err(ApiError::invalid(
                                     Some("messages"),
                                     format!(
                                         "messages[{i}] has a {kind:?} part; only text is served"
                                     ),
-                                )),
+                                ))
                             }
                         }
-                        text
                     }
-                };
+                    text
+                }
+            };
             messages.push(Message::new(role, content));
         }
         if self.n.is_some_and(|n| n != 1) {

@@ -1,0 +1,26 @@
+//! make-room: the scheduling policy that protects a caller's turn from coding agents.
+//!
+//! Plain code over counts of tokens and steps, with no model and no clock of its own, so
+//! that [`sim`] can drive it through millions of random workloads and check it never
+//! stalls the engine. Every part has its own switch and all are off by default; with all
+//! off, and among equal priorities with any on, it schedules as the stock engine does:
+//! first come first served, whole prompts, up to `max_running` sequences.
+//!
+//! - **priority**: waiting requests are admitted by (priority, arrival), lower first;
+//! - **KV preemption**: when the most urgent waiting request has no KV room, up to two
+//!   lower-priority running requests are preempted (newest first, the engine's own victim
+//!   order), none if two would not make the room; they resume from their cached prefix;
+//! - **budget cap**: while a more urgent request prefills or decodes its first
+//!   `window_tokens`, less urgent prefill (and, with the decode hold, decoding) waits; no
+//!   request waits more than `window_tokens` steps in a row for it;
+//! - **turn hint**: a caller who just stopped speaking holds less urgent prefill for
+//!   `hint_hold_ms` so the turn that follows finds room;
+//! - **call retention**: a finished call turn's KV stays cached for the call's next turn.
+//!
+//! Prompt chunking (`chunk_tokens`) and the KV budget are mechanism, not policy: they
+//! apply with every switch off too.
+
+mod policy;
+pub mod sim;
+
+pub use policy::{Counters, Plan, PolicyConfig, Refused, Request, Scheduler, Switches};

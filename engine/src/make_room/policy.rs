@@ -1,0 +1,636 @@
+//! The scheduler's decisions for one engine step: who is admitted, who is preempted, who
+//! gets how many prompt tokens, who decodes, who is held back.
+
+use std::collections::BTreeMap;
+
+/// Each part of make-room, on or off.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Switches {
+    pub priority: bool,
+    pub kv_preemption: bool,
+    pub budget_cap: bool,
+    pub decode_hold: bool,
+    pub turn_hint: bool,
+    pub call_retention: bool,
+}
+
+impl Switches {
+    pub fn all() -> Self {
+        Self {
+            priority: true,
+            kv_preemption: true,
+            budget_cap: true,
+            decode_hold: true,
+            turn_hint: true,
+            call_retention: true,
+        }
+    }
+}
+
+/// The engine's limits and make-room's settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PolicyConfig {
+    pub switches: Switches,
+    /// Most sequences running at once.
+    pub max_running: usize,
+    /// KV cache room, in tokens.
+    pub kv_budget_tokens: usize,
+    /// Most prompt plus decode tokens in one step (`None`: whole prompts, as stock).
+    pub chunk_tokens: Option<usize>,
+    /// The budget cap's window T, in tokens (and its bound on consecutive held steps).
+    pub window_tokens: usize,
+    /// Most requests the KV preemption takes from in one step.
+    pub max_preemptions: usize,
+    pub hint_hold_ms: u64,
+    /// Most tokens kept for finished call turns, and for how long.
+    pub retain_tokens: usize,
+    pub retain_ms: u64,
+}
+
+impl Default for PolicyConfig {
+    fn default() -> Self {
+        Self {
+            switches: Switches::default(),
+            max_running: 16,
+            kv_budget_tokens: 16_384,
+            chunk_tokens: None,
+            window_tokens: 48,
+            max_preemptions: 2,
+            hint_hold_ms: 400,
+            retain_tokens: 4_096,
+            retain_ms: 30_000,
+        }
+    }
+}
+
+/// A request as the scheduler tracks it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    /// Arrival order: first come, first served.
+    pub id: u64,
+    /// Lower is more urgent.
+    pub priority: i32,
+    /// The call a voice turn belongs to.
+    pub call: Option<u64>,
+    pub prompt_len: usize,
+    pub max_new: usize,
+    pub generated: usize,
+    /// Tokens whose KV the request holds.
+    pub computed: usize,
+    /// Tokens its next admission can reload instead of recomputing (prefix cache).
+    pub cached: usize,
+    pub running: bool,
+    admission: u64,
+    held_steps: usize,
+}
+
+impl Request {
+    pub fn new(
+        id: u64,
+        priority: i32,
+        call: Option<u64>,
+        prompt_len: usize,
+        max_new: usize,
+    ) -> Self {
+        Self {
+            id,
+            priority,
+            call,
+            prompt_len,
+            max_new: max_new.max(1),
+            generated: 0,
+            computed: 0,
+            cached: 0,
+            running: false,
+            admission: 0,
+            held_steps: 0,
+        }
+    }
+
+    /// Tokens that must be in the KV before the next decode: the prompt and every
+    /// generated token but the last.
+    pub fn target(&self) -> usize {
+        self.prompt_len + self.generated.saturating_sub(1)
+    }
+
+    pub fn prefilling(&self) -> bool {
+        self.computed < self.target()
+    }
+
+    pub fn done(&self) -> bool {
+        self.generated >= self.max_new
+    }
+
+    /// Prefilling, or not yet past its first `window` tokens.
+    fn in_window(&self, window: usize) -> bool {
+        self.prefilling() || self.generated < window
+    }
+
+    /// KV its completion will hold at most.
+    pub fn peak_kv(&self) -> usize {
+        self.prompt_len + self.max_new - 1
+    }
+}
+
+/// What one step does.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    pub preempted: Vec<u64>,
+    pub admitted: Vec<u64>,
+    /// Prompt tokens computed per request this step.
+    pub prefill: Vec<(u64, usize)>,
+    pub decode: Vec<u64>,
+    /// Running requests kept from progress by a hold.
+    pub held: Vec<u64>,
+}
+
+impl Plan {
+    /// Tokens the step computes.
+    pub fn tokens(&self) -> usize {
+        self.prefill.iter().map(|(_, n)| n).sum::<usize>() + self.decode.len()
+    }
+}
+
+/// What fired, for `/metrics` and the probes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub steps: u64,
+    pub prefill_chunks: u64,
+    pub prefill_tokens: u64,
+    pub decode_tokens: u64,
+    /// Preemptions to let a running request grow (the engine's own, with or without make-room).
+    pub growth_preemptions: u64,
+    /// Preemptions to admit a more urgent waiting request.
+    pub kv_preemptions: u64,
+    /// Request-steps held back by the budget cap, the decode hold or a turn hint.
+    pub held_request_steps: u64,
+    /// Holds skipped because the request had waited `window_tokens` steps in a row.
+    pub hold_releases: u64,
+    pub hints_seen: u64,
+    pub retained_turns: u64,
+    pub retained_hits: u64,
+    pub refused: u64,
+}
+
+/// A request the engine can never serve.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refused {
+    /// Its prompt and reply would need more KV than the whole budget.
+    TooLong { needed: usize, budget: usize },
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refused::TooLong { needed, budget } => {
+                write!(
+                    f,
+                    "request needs {needed} tokens of KV, more than the {budget} the engine has"
+                )
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Hint {
+    priority: i32,
+    until_ms: u64,
+}
+
+#[derive(Debug, Clone)]
+struct Retained {
+    call: u64,
+    tokens: usize,
+    until_ms: u64,
+}
+
+/// The scheduling state and its decisions.
+#[derive(Debug, Clone)]
+pub struct Scheduler {
+    config: PolicyConfig,
+    requests: BTreeMap<u64, Request>,
+    next_admission: u64,
+    hints: Vec<Hint>,
+    retained: Vec<Retained>,
+    pub counters: Counters,
+}
+
+impl Scheduler {
+    pub fn new(config: PolicyConfig) -> Self {
+        Self {
+            config,
+            requests: BTreeMap::new(),
+            next_admission: 0,
+            hints: Vec::new(),
+            retained: Vec::new(),
+            counters: Counters::default(),
+        }
+    }
+
+    pub fn config(&self) -> &PolicyConfig {
+        &self.config
+    }
+
+    pub fn add(&mut self, request: Request) -> Result<(), Refused> {
+        if request.peak_kv() > self.config.kv_budget_tokens {
+            self.counters.refused += 1;
+            return Err(Refused::TooLong {
+                needed: request.peak_kv(),
+                budget: self.config.kv_budget_tokens,
+            });
+        }
+        self.requests.insert(request.id, request);
+        Ok(())
+    }
+
+    /// A caller of `priority` stopped speaking: hold less urgent prefill for a while.
+    pub fn turn_hint(&mut self, priority: i32, now_ms: u64) {
+        self.counters.hints_seen += 1;
+        if self.config.switches.turn_hint {
+            self.hints.push(Hint {
+                priority,
+                until_ms: now_ms + self.config.hint_hold_ms,
+            });
+        }
+    }
+
+    pub fn requests(&self) -> impl Iterator<Item = &Request> {
+        self.requests.values()
+    }
+
+    pub fn request(&self, id: u64) -> Option<&Request> {
+        self.requests.get(&id)
+    }
+
+    pub fn is_idle(&self) -> bool {
+        self.requests.is_empty()
+    }
+
+    pub fn running_len(&self) -> usize {
+        self.requests.values().filter(|r| r.running).count()
+    }
+
+    pub fn waiting_len(&self) -> usize {
+        self.requests.values().filter(|r| !r.running).count()
+    }
+
+    pub fn retained_tokens(&self) -> usize {
+        self.retained.iter().map(|r| r.tokens).sum()
+    }
+
+    /// KV in use: running requests' and retained call turns'.
+    pub fn kv_used(&self) -> usize {
+        self.requests
+            .values()
+            .filter(|r| r.running)
+            .map(|r| r.computed)
+            .sum::<usize>()
+            + self.retained_tokens()
+    }
+
+    fn order_key(&self, r: &Request, by_admission: bool) -> (i32, u64) {
+        let priority = if self.config.switches.priority {
+            r.priority
+        } else {
+            0
+        };
+        (priority, if by_admission { r.admission } else { r.id })
+    }
+
+    fn preempt(&mut self, id: u64, plan: &mut Plan) {
+        let r = self.requests.get_mut(&id).expect("victim exists");
+        // The prefix cache keeps what it computed: it resumes by reloading.
+        r.cached = r.computed;
+        r.computed = 0;
+        r.running = false;
+        plan.preempted.push(id);
+    }
+
+    /// Running requests the engine would preempt to let `for_id` grow, newest first; with
+    /// priority on, none more urgent than it.
+    fn growth_victims(&self, for_id: u64, plan: &Plan) -> Vec<u64> {
+        let me = &self.requests[&for_id];
+        let scheduled =
+            |id: u64| plan.decode.contains(&id) || plan.prefill.iter().any(|(p, _)| *p == id);
+        let mut victims: Vec<&Request> = self
+            .requests
+            .values()
+            .filter(|r| r.running && r.id != for_id && !scheduled(r.id) && r.computed > 0)
+            .filter(|r| !self.config.switches.priority || r.priority >= me.priority)
+            .collect();
+        victims.sort_by_key(|r| std::cmp::Reverse(r.admission));
+        victims.into_iter().map(|r| r.id).collect()
+    }
+
+    /// Frees room for `need` tokens for `for_id` by the engine's growth preemption.
+    fn grow_room(&mut self, for_id: u64, need: usize, room: &mut usize, plan: &mut Plan) {
+        self.evict_retained(need, room, None);
+        for victim in self.growth_victims(for_id, plan) {
+            if *room >= need {
+                break;
+            }
+            *room += self.requests[&victim].computed;
+            self.preempt(victim, plan);
+            self.counters.growth_preemptions += 1;
+        }
+    }
+
+    /// Retained call turns give way under pressure: drops them, oldest first (never the
+    /// one `keep_call` is about to take over), until `room` reaches `need`.
+    fn evict_retained(&mut self, need: usize, room: &mut usize, keep_call: Option<u64>) {
+        while *room < need {
+            let Some(i) = self.retained.iter().position(|k| Some(k.call) != keep_call) else {
+                break;
+            };
+            *room += self.retained.remove(i).tokens;
+        }
+    }
+
+    /// Decides the next step at time `now_ms`.
+    pub fn schedule(&mut self, now_ms: u64) -> Plan {
+        self.counters.steps += 1;
+        self.hints.retain(|h| h.until_ms > now_ms);
+        self.retained.retain(|r| r.until_ms > now_ms);
+        let switches = self.config.switches.clone();
+        let window = self.config.window_tokens;
+        let mut plan = Plan::default();
+        let mut room = self.config.kv_budget_tokens.saturating_sub(self.kv_used());
+
+        // Admission: in order, until one does not fit (first come, first served).
+        let mut waiting: Vec<u64> = self
+            .requests
+            .values()
+            .filter(|r| !r.running)
+            .map(|r| r.id)
+            .collect();
+        waiting.sort_by_key(|id| self.order_key(&self.requests[id], false));
+        for (position, id) in waiting.into_iter().enumerate() {
+            if self.running_len() >= self.config.max_running {
+                break;
+            }
+            let r = &self.requests[&id];
+            let retained_at = match (switches.call_retention, r.call) {
+                (true, Some(call)) => self.retained.iter().position(|k| k.call == call),
+                _ => None,
+            };
+            let retained = retained_at.map_or(0, |i| self.retained[i].tokens);
+            let reuse = r.cached.max(retained).min(r.target());
+            let first_chunk = self.config.chunk_tokens.unwrap_or(usize::MAX).max(1);
+            // Room for what it reloads and its first chunk (or its next token).
+            let need = reuse + first_chunk.min(r.target() - reuse).max(1);
+            // Retained KV is already counted: taking it over frees that much.
+            if need > room + retained {
+                self.evict_retained(
+                    need - retained,
+                    &mut room,
+                    r.call.filter(|_| retained_at.is_some()),
+                );
+            }
+            let retained_at = match (switches.call_retention, self.requests[&id].call) {
+                (true, Some(call)) => self.retained.iter().position(|k| k.call == call),
+                _ => None,
+            };
+            let available = room + retained;
+            // Only the most urgent waiting request may preempt for room.
+            if need > available
+                && !(switches.kv_preemption
+                    && position == 0
+                    && self.make_room_for(id, need - available, &mut room, &mut plan))
+            {
+                break;
+            }
+            if let Some(i) = retained_at {
+                self.retained.remove(i);
+                room += retained;
+                self.counters.retained_hits += 1;
+            }
+            let admission = self.next_admission;
+            self.next_admission += 1;
+            let r = self.requests.get_mut(&id).expect("waiting request exists");
+            r.running = true;
+            r.admission = admission;
+            r.computed = reuse;
+            r.cached = 0;
+            room -= reuse;
+            plan.admitted.push(id);
+        }
+
+        // The most urgent priority some running request or hint is holding room for.
+        let mut holder: Option<i32> = None;
+        if switches.budget_cap {
+            holder = self
+                .requests
+                .values()
+                .filter(|r| r.running && r.in_window(window))
+                .map(|r| r.priority)
+                .min();
+        }
+        if switches.turn_hint {
+            holder = holder
+                .into_iter()
+                .chain(self.hints.iter().map(|h| h.priority))
+                .min();
+        }
+        let held = |r: &Request| -> bool {
+            holder.is_some_and(|p| r.priority > p)
+                && r.generated + 1 < r.max_new
+                && r.held_steps < window
+        };
+
+        let mut order: Vec<u64> = self
+            .requests
+            .values()
+            .filter(|r| r.running)
+            .map(|r| r.id)
+            .collect();
+        order.sort_by_key(|id| self.order_key(&self.requests[id], true));
+        // Stock: every decode, then prompt tokens. With priority on, each priority level in
+        // turn (decodes, then its prompt tokens), so a turn's prefill is not starved of the
+        // step's budget by less urgent decodes.
+        let mut groups: Vec<Vec<u64>> = Vec::new();
+        for id in order {
+            let key = self.order_key(&self.requests[&id], true).0;
+            match groups.last_mut() {
+                Some(group) if self.order_key(&self.requests[&group[0]], true).0 == key => {
+                    group.push(id)
+                }
+                _ => groups.push(vec![id]),
+            }
+        }
+        let mut budget = self.config.chunk_tokens.unwrap_or(usize::MAX);
+        for group in groups {
+            for decoding in [true, false] {
+                for &id in &group {
+                    let r = &self.requests[&id];
+                    if !r.running || r.prefilling() == decoding {
+                        continue;
+                    }
+                    let hold_applies = if decoding {
+                        switches.decode_hold
+                    } else {
+                        switches.budget_cap || switches.turn_hint
+                    };
+                    if hold_applies && held(r) {
+                        plan.held.push(id);
+                        continue;
+                    }
+                    self.run_request(id, &mut room, &mut budget, &mut plan);
+                }
+            }
+        }
+        // A hold never leaves a step with nothing to compute: the request held longest goes.
+        if plan.tokens() == 0 {
+            let longest = plan
+                .held
+                .iter()
+                .copied()
+                .filter(|id| self.requests.get(id).is_some_and(|r| r.running))
+                .max_by_key(|id| (self.requests[id].held_steps, std::cmp::Reverse(*id)));
+            if let Some(id) = longest {
+                plan.held.retain(|h| *h != id);
+                self.counters.hold_releases += 1;
+                self.run_request(id, &mut room, &mut budget, &mut plan);
+            }
+        }
+        let releases = self
+            .requests
+            .values()
+            .filter(|r| {
+                r.running && r.held_steps >= window && holder.is_some_and(|p| r.priority > p)
+            })
+            .count();
+        self.counters.hold_releases += releases as u64;
+        self.counters.held_request_steps += plan.held.len() as u64;
+        plan
+    }
+
+    /// Gives a running request its decode token or its next prompt chunk, within the step's
+    /// token budget and the KV room (making room by the engine's growth preemption).
+    fn run_request(&mut self, id: u64, room: &mut usize, budget: &mut usize, plan: &mut Plan) {
+        let r = &self.requests[&id];
+        if !r.prefilling() {
+            if *budget == 0 {
+                return;
+            }
+            if *room == 0 {
+                self.grow_room(id, 1, room, plan);
+            }
+            if *room == 0 {
+                // No one else to take room from: it steps aside itself.
+                *room += self.requests[&id].computed;
+                self.preempt(id, plan);
+                self.counters.growth_preemptions += 1;
+                return;
+            }
+            *room -= 1;
+            *budget -= 1;
+            plan.decode.push(id);
+            return;
+        }
+        let want = (r.target() - r.computed).min(*budget);
+        if want == 0 {
+            return;
+        }
+        if want > *room {
+            self.grow_room(id, want, room, plan);
+        }
+        let give = want.min(*room);
+        if give == 0 {
+            return;
+        }
+        *room -= give;
+        *budget -= give;
+        plan.prefill.push((id, give));
+    }
+
+    /// Applies what the step computed; `stopped` lists requests that ended early (an end
+    /// of sequence, a cancel). Returns the requests that finished.
+    pub fn finish_step(&mut self, plan: &Plan, now_ms: u64, stopped: &[u64]) -> Vec<u64> {
+        let mut progressed = Vec::with_capacity(plan.prefill.len() + plan.decode.len());
+        for &(id, n) in &plan.prefill {
+            if let Some(r) = self.requests.get_mut(&id) {
+                r.computed += n;
+                if !r.prefilling() && r.generated == 0 {
+                    r.generated = 1;
+                }
+                progressed.push(id);
+            }
+            self.counters.prefill_chunks += 1;
+            self.counters.prefill_tokens += n as u64;
+        }
+        for &id in &plan.decode {
+            if let Some(r) = self.requests.get_mut(&id) {
+                r.computed += 1;
+                r.generated += 1;
+                progressed.push(id);
+            }
+            self.counters.decode_tokens += 1;
+        }
+        for r in self.requests.values_mut() {
+            if progressed.contains(&r.id) {
+                r.held_steps = 0;
+            } else if plan.held.contains(&r.id) {
+                r.held_steps += 1;
+            }
+        }
+        let finished: Vec<u64> = self
+            .requests
+            .values()
+            .filter(|r| r.running && (r.done() || stopped.contains(&r.id)))
+            .map(|r| r.id)
+            .collect();
+        for id in &finished {
+            let r = self.requests.remove(id).expect("finished request exists");
+            if let (true, Some(call)) = (self.config.switches.call_retention, r.call) {
+                if self.retained_tokens() + r.computed <= self.config.retain_tokens {
+                    self.retained.retain(|k| k.call != call);
+                    self.retained.push(Retained {
+                        call,
+                        tokens: r.computed,
+                        until_ms: now_ms + self.config.retain_ms,
+                    });
+                    self.counters.retained_turns += 1;
+                }
+            }
+        }
+        // A request cancelled while waiting simply leaves.
+        for id in stopped {
+            if self.requests.get(id).is_some_and(|r| !r.running) {
+                self.requests.remove(id);
+            }
+        }
+        finished
+    }
+
+    /// KV preemption: frees `short` more tokens for the most urgent waiting request `id` by
+    /// preempting at most `max_preemptions` less urgent running requests, newest first;
+    /// preempts nothing if that would not be enough.
+    fn make_room_for(&mut self, id: u64, short: usize, room: &mut usize, plan: &mut Plan) -> bool {
+        let priority = self.requests[&id].priority;
+        let mut victims: Vec<&Request> = self
+            .requests
+            .values()
+            .filter(|r| r.running && r.priority > priority && !plan.admitted.contains(&r.id))
+            .collect();
+        victims.sort_by_key(|r| std::cmp::Reverse(r.admission));
+        let mut chosen = Vec::new();
+        let mut freed = 0;
+        for v in victims.into_iter().take(self.config.max_preemptions) {
+            if freed >= short {
+                break;
+            }
+            freed += v.computed;
+            chosen.push(v.id);
+        }
+        if freed < short {
+            return false;
+        }
+        for victim in chosen {
+            *room += self.requests[&victim].computed;
+            self.preempt(victim, plan);
+            self.counters.kv_preemptions += 1;
+        }
+        true
+    }
+}
