@@ -43,7 +43,12 @@ pub struct Responder {
     turns: usize,
     /// Call time at which the agent's audio queued so far ends.
     speaking_until_s: f64,
+    /// This call's session id in the engine.
+    call_id: u64,
 }
+
+/// Numbers the calls of this process, for the engine's sessions.
+static NEXT_CALL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl Responder {
     pub fn new(stt: Transcriber, voice: Voice, engine: Arc<Engine>, config: AgentConfig) -> Self {
@@ -55,6 +60,7 @@ impl Responder {
             history: Vec::new(),
             turns: 0,
             speaking_until_s: 0.0,
+            call_id: NEXT_CALL.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         }
     }
 
@@ -84,6 +90,7 @@ impl Responder {
         messages.extend_from_slice(&self.history[keep..]);
         let mut stream = self.engine.chat(ChatRequest {
             priority: VOICE_PRIORITY,
+            session: Some(self.call_id),
             ..ChatRequest::new(messages, self.config.max_reply_tokens)
         })?;
 

@@ -94,6 +94,8 @@ pub struct ChatRequest {
     /// Scheduling priority, lower is more urgent (vLLM's convention): [`VOICE_PRIORITY`]
     /// for a caller's turn, [`AGENT_PRIORITY`] by default for API requests.
     pub priority: i32,
+    /// The call (or agent session) the request belongs to.
+    pub session: Option<u64>,
 }
 
 /// The priority of a voice turn.
@@ -110,6 +112,7 @@ impl ChatRequest {
             temperature: None,
             top_p: None,
             priority: AGENT_PRIORITY,
+            session: None,
         }
     }
 }
@@ -225,6 +228,8 @@ impl Engine {
             web_search_options: None,
             model_id: None,
             truncate_sequence: false,
+            priority: request.priority,
+            session: request.session,
         };
         (normal, rx)
     }

@@ -13,6 +13,8 @@ use whisper_rs::{
 
 /// Encoder frames (20 ms each) kept beyond the audio's own length.
 const AUDIO_CTX_MARGIN: i32 = 64;
+/// Whisper's whole 30 s window.
+const FULL_AUDIO_CTX: i32 = 1500;
 
 /// A loaded Whisper model with one decoding state (one transcription at a time).
 pub struct Transcriber {
@@ -49,6 +51,20 @@ impl Transcriber {
         } else {
             audio
         };
+        // Whisper encodes 30 s windows (1500 frames, 50 a second) whatever the audio's
+        // length; a voice turn lasts a few seconds, so encode only what it needs plus a
+        // margin: most of the transcription time on CPU. A shortened window now and then
+        // sends the decoder into a loop; that transcript is redone with the full window.
+        let seconds = audio.len() as f64 / 16_000.0;
+        let frames = ((seconds * 50.0).ceil() as i32 + AUDIO_CTX_MARGIN).min(FULL_AUDIO_CTX);
+        let text = self.run(audio, frames)?;
+        if frames < FULL_AUDIO_CTX && looks_like_a_loop(&text, seconds) {
+            return self.run(audio, FULL_AUDIO_CTX);
+        }
+        Ok(text)
+    }
+
+    fn run(&mut self, audio: &[f32], audio_ctx: i32) -> Result<String> {
         let mut params = FullParams::new(SamplingStrategy::Greedy { best_of: 1 });
         params.set_n_threads(self.threads);
         params.set_language(Some("en"));
@@ -61,12 +77,7 @@ impl Transcriber {
         params.set_print_timestamps(false);
         params.set_suppress_blank(true);
         params.set_no_timestamps(true);
-        // Whisper encodes 30 s windows (1500 frames, 50 a second) whatever the audio's
-        // length; a voice turn lasts a few seconds, so encode only what it needs plus a
-        // margin. This is most of the transcription time on CPU.
-        let seconds = audio.len() as f64 / 16_000.0;
-        let frames = ((seconds * 50.0).ceil() as i32 + AUDIO_CTX_MARGIN).min(1500);
-        params.set_audio_ctx(frames);
+        params.set_audio_ctx(audio_ctx);
         self.state
             .full(params, audio)
             .context("Whisper transcription failed")?;
@@ -76,6 +87,25 @@ impl Transcriber {
         }
         Ok(clean(&text))
     }
+}
+
+/// A decoder loop: more words than anyone says in the time, or a run of five words said
+/// twice over.
+fn looks_like_a_loop(text: &str, seconds: f64) -> bool {
+    let words: Vec<String> = text
+        .split_whitespace()
+        .map(|w| {
+            w.trim_matches(|c: char| !c.is_alphanumeric())
+                .to_lowercase()
+        })
+        .collect();
+    if words.len() as f64 > 6.0 * seconds + 8.0 {
+        return true;
+    }
+    let runs: Vec<&[String]> = words.windows(5).collect();
+    runs.iter()
+        .enumerate()
+        .any(|(i, run)| runs[i + 1..].contains(run))
 }
 
 /// Whisper marks non-speech as `[BLANK_AUDIO]`, `(music)` and the like; those are not words.
@@ -132,6 +162,15 @@ mod tests {
         assert_eq!(word_error_rate("The cat sat.", "the cat sat"), 0.0);
         assert!((word_error_rate("a b c d", "a x c") - 0.5).abs() < 1e-9);
         assert!((word_error_rate("a b", "a b c d") - 1.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn decoder_loops_are_recognised() {
+        let said = "The weather today is sunny with a light breeze from the west.";
+        assert!(!looks_like_a_loop(said, 3.5));
+        assert!(looks_like_a_loop(&format!("{said} {said}"), 3.5));
+        assert!(looks_like_a_loop(&"go ".repeat(40), 3.0));
+        assert!(!looks_like_a_loop("no, no, no, no, I said no", 2.0));
     }
 
     #[test]

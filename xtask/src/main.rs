@@ -4,10 +4,12 @@
 //!   sha256), the Whisper ggml conversion, the recorded test calls. A second run only checks.
 //! - `demo`: setup, then answer the bundled recorded call and print its turn table.
 //! - `test`: setup, then the whole test suite in release.
+//! - `patches save`: regenerate the patch series on mistral.rs from an edited copy.
 
 mod apt;
 mod calls;
 mod fetch;
+mod patches;
 mod python_env;
 mod whisper_ggml;
 
@@ -24,6 +26,7 @@ commands:
   setup            install system packages (as root), fetch and check the models, make test calls
   demo [ARGS]      setup, then answer the bundled recorded call (ARGS go to `playback`)
   test [ARGS]      setup, then run the whole test suite in release (ARGS go to `cargo test`)
+  patches save     write patches/<crate>/ back from the commits in patched/<crate>
 
 environment:
   SUBLET_MODELS    the model cache (default ~/.cache/sublet/models)";
@@ -34,6 +37,7 @@ fn main() -> ExitCode {
         Some("setup") => setup().map(|_| ()),
         Some("demo") => demo(&args[1..]),
         Some("test") => test(&args[1..]),
+        Some("patches") if args.get(1).map(String::as_str) == Some("save") => patches::save(),
         Some("-h" | "--help" | "help") | None => {
             println!("{USAGE}");
             return ExitCode::SUCCESS;
@@ -63,6 +67,7 @@ fn repo_root() -> PathBuf {
 fn setup() -> Result<ModelCache> {
     let started = Instant::now();
     apt::ensure_packages()?;
+    patches::ensure_patched()?;
     let cache = ModelCache::from_env();
     eprintln!("setup: model cache {}", cache.root().display());
     fetch::fetch_all(&cache)?;

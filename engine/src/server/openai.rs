@@ -176,6 +176,7 @@ impl ChatCompletionBody {
                 temperature: self.temperature,
                 top_p: self.top_p,
                 priority: self.priority.unwrap_or(AGENT_PRIORITY),
+                session: None,
             },
             include_usage,
         ))
