@@ -94,6 +94,7 @@ impl VoiceAgent {
         let audio = call.resampled(SPEECH_RATE);
         let mut detector = self.new_detector()?;
         let responder = self.new_responder()?;
+        let hint = self.config.turn_hints.then(|| responder.turn_hint());
         let track = Arc::new(Mutex::new(ReplyTrack::new(out_rate)));
         // A trailing silence long enough for the last turn to end.
         let tail = Audio::silence(self.config.endpoint.max_delay_s + 1.0, SPEECH_RATE);
@@ -130,6 +131,9 @@ impl VoiceAgent {
                 }
                 for event in detector.push(frame)? {
                     observer.turn_event(&event);
+                    if let (TurnEvent::SpeechStopped { .. }, Some(hint)) = (&event, &hint) {
+                        hint.send()?;
+                    }
                     let TurnEvent::EndOfTurn {
                         speech_end_s,
                         decided_s,

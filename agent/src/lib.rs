@@ -25,7 +25,7 @@ use sublet_turn_detect::{EndpointConfig, TurnDetector};
 
 pub use call::{CallObserver, CallOutcome, Pacing, Quiet, ReplyTrack};
 pub use record::{stage_medians, turn_table, TurnRecord, STAGE_NAMES};
-pub use responder::{AudioOut, FinishedTurn, Responder};
+pub use responder::{AudioOut, FinishedTurn, Responder, TurnHint};
 
 /// How the agent behaves.
 #[derive(Debug, Clone)]
@@ -35,6 +35,10 @@ pub struct AgentConfig {
     /// Past messages (both sides) sent with each turn.
     pub history_messages: usize,
     pub endpoint: EndpointConfig,
+    /// Send the engine a one-token turn hint when the caller stops speaking. Off by
+    /// default until the engine's scheduler acts on it: alone, on 2 cores, the hint's
+    /// prefill competes with the transcription (about +150 ms voice to voice measured).
+    pub turn_hints: bool,
 }
 
 impl Default for AgentConfig {
@@ -47,6 +51,7 @@ impl Default for AgentConfig {
             max_reply_tokens: 48,
             history_messages: 6,
             endpoint: EndpointConfig::default(),
+            turn_hints: false,
         }
     }
 }

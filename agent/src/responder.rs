@@ -1,7 +1,7 @@
 //! The reply to one finished turn: transcript → engine → sentences → speech, each stage
 //! timed. Sentences are spoken as soon as they are complete, while the engine goes on.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use anyhow::{Context, Result};
@@ -39,7 +39,8 @@ pub struct Responder {
     voice: Voice,
     engine: Arc<Engine>,
     config: AgentConfig,
-    history: Vec<Message>,
+    /// Both sides of the call so far; shared with the call's [`TurnHint`].
+    history: Arc<Mutex<Vec<Message>>>,
     turns: usize,
     /// Call time at which the agent's audio queued so far ends.
     speaking_until_s: f64,
@@ -57,10 +58,21 @@ impl Responder {
             voice,
             engine,
             config,
-            history: Vec::new(),
+            history: Arc::new(Mutex::new(Vec::new())),
             turns: 0,
             speaking_until_s: 0.0,
             call_id: NEXT_CALL.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        }
+    }
+
+    /// A handle that sends this call's turn hint from another thread.
+    pub fn turn_hint(&self) -> TurnHint {
+        TurnHint {
+            engine: self.engine.clone(),
+            call_id: self.call_id,
+            system_prompt: self.config.system_prompt.clone(),
+            history_messages: self.config.history_messages,
+            history: self.history.clone(),
         }
     }
 
@@ -78,16 +90,10 @@ impl Responder {
             return Ok(None);
         }
         self.history
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
             .push(Message::new(Role::User, transcript.clone()));
-        let mut messages = vec![Message::new(
-            Role::System,
-            self.config.system_prompt.clone(),
-        )];
-        let keep = self
-            .history
-            .len()
-            .saturating_sub(self.config.history_messages);
-        messages.extend_from_slice(&self.history[keep..]);
+        let messages = self.turn_hint().conversation();
         let mut stream = self.engine.chat(ChatRequest {
             priority: VOICE_PRIORITY,
             session: Some(self.call_id),
@@ -118,6 +124,8 @@ impl Responder {
         }
         let reply = reply.trim().to_string();
         self.history
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
             .push(Message::new(Role::Assistant, reply.clone()));
         self.turns += 1;
         let now = call_time(Instant::now());
@@ -152,6 +160,32 @@ impl Responder {
         out.play(start_s, &audio);
         self.speaking_until_s = start_s + audio.duration_s();
         Ok(Some(ready_s))
+    }
+}
+
+/// Sends a call's turn hint: the moment the caller stops speaking, before the end of their
+/// turn is certain, the engine hears that a turn is coming.
+#[derive(Clone)]
+pub struct TurnHint {
+    engine: Arc<Engine>,
+    call_id: u64,
+    system_prompt: String,
+    history_messages: usize,
+    history: Arc<Mutex<Vec<Message>>>,
+}
+
+impl TurnHint {
+    /// The system prompt and the call's latest messages.
+    fn conversation(&self) -> Vec<Message> {
+        let history = self.history.lock().unwrap_or_else(|e| e.into_inner());
+        let keep = history.len().saturating_sub(self.history_messages);
+        let mut messages = vec![Message::new(Role::System, self.system_prompt.clone())];
+        messages.extend_from_slice(&history[keep..]);
+        messages
+    }
+
+    pub fn send(&self) -> Result<()> {
+        self.engine.turn_hint(self.call_id, self.conversation())
     }
 }
 

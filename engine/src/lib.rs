@@ -168,6 +168,20 @@ impl Engine {
         self.runtime.block_on(self.chat_async(request))
     }
 
+    /// The turn hint: the caller of `session` just stopped speaking, so a turn is coming.
+    /// Sends the engine a one-token request for the call (at voice priority, with the
+    /// call's conversation so far) and lets it run to its end in the background.
+    pub fn turn_hint(&self, session: u64, messages: Vec<Message>) -> Result<()> {
+        let mut stream = self.chat(ChatRequest {
+            priority: VOICE_PRIORITY,
+            session: Some(session),
+            ..ChatRequest::new(messages, 1)
+        })?;
+        self.runtime
+            .spawn(async move { while stream.next().await.is_some() {} });
+        Ok(())
+    }
+
     /// [`Engine::chat`] for async callers (the HTTP server).
     pub async fn chat_async(&self, request: ChatRequest) -> Result<ReplyStream> {
         let (normal, rx) = self.normal_request(request);

@@ -11,8 +11,9 @@ use whisper_rs::{
     FullParams, SamplingStrategy, WhisperContext, WhisperContextParameters, WhisperState,
 };
 
-/// Encoder frames (20 ms each) kept beyond the audio's own length.
-const AUDIO_CTX_MARGIN: i32 = 64;
+/// Encoder frames (20 ms each) kept beyond the audio's own length. With 64 the decoder
+/// looped on one of the demo call's turns; 128 (2.56 s) did not.
+const AUDIO_CTX_MARGIN: i32 = 128;
 /// Whisper's whole 30 s window.
 const FULL_AUDIO_CTX: i32 = 1500;
 

@@ -84,6 +84,10 @@ fn the_engine_streams_and_cancels() {
         }
     }
     drop(long);
+    // A turn hint runs on its own in the background; the engine keeps serving.
+    engine
+        .turn_hint(7, vec![Message::new(Role::System, "You are on a call.")])
+        .unwrap();
     let (again, _) = engine.chat(request(8)).unwrap().collect_blocking().unwrap();
     assert!(!again.is_empty());
 }

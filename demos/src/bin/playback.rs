@@ -37,6 +37,9 @@ struct Args {
     /// Sample rate of the reply WAV (default: the call's own rate).
     #[arg(long)]
     rate: Option<u32>,
+    /// Send the engine a one-token turn hint when the caller stops speaking.
+    #[arg(long)]
+    turn_hints: bool,
 }
 
 /// Prints each turn-taking event and each answered turn as the call goes.
@@ -87,7 +90,11 @@ fn run(args: Args) -> Result<()> {
         }
     );
     let loading = Instant::now();
-    let agent = VoiceAgent::load(ModelCache::from_env(), AgentConfig::default())?;
+    let config = AgentConfig {
+        turn_hints: args.turn_hints,
+        ..AgentConfig::default()
+    };
+    let agent = VoiceAgent::load(ModelCache::from_env(), config)?;
     eprintln!(
         "playback: models loaded in {:.1} s",
         loading.elapsed().as_secs_f64()
