@@ -63,49 +63,51 @@ impl Metrics {
             .unwrap_or_else(|e| e.into_inner())
             .clone();
         let mut out = String::new();
-        let mut family =
-            |name: &str, help: &str, kind: &str, value: &dyn Fn(&PerPriority) -> u64| {
-                let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-                for (priority, p) in &map {
-                    let _ = writeln!(out, "{name}{{priority=\"{priority}\"}} {}", value(p));
-                }
-            };
-        family(
-            "sublet_requests_started_total",
-            "Chat requests admitted to the engine.",
-            "counter",
-            &|p| p.started,
-        );
-        family(
-            "sublet_requests_finished_total",
-            "Chat requests answered to the end.",
-            "counter",
-            &|p| p.finished,
-        );
-        family(
-            "sublet_requests_failed_total",
-            "Chat requests that failed in the engine.",
-            "counter",
-            &|p| p.failed,
-        );
-        family(
-            "sublet_requests_in_flight",
-            "Chat requests admitted and not yet ended.",
-            "gauge",
-            &|p| p.started.saturating_sub(p.finished + p.failed),
-        );
-        family(
-            "sublet_prompt_tokens_total",
-            "Prompt tokens of finished requests.",
-            "counter",
-            &|p| p.prompt_tokens,
-        );
-        family(
-            "sublet_completion_tokens_total",
-            "Tokens generated for finished requests.",
-            "counter",
-            &|p| p.completion_tokens,
-        );
+        type Value = fn(&PerPriority) -> u64;
+        let families: [(&str, &str, &str, Value); 6] = [
+            (
+                "sublet_requests_started_total",
+                "Chat requests admitted to the engine.",
+                "counter",
+                |p| p.started,
+            ),
+            (
+                "sublet_requests_finished_total",
+                "Chat requests answered to the end.",
+                "counter",
+                |p| p.finished,
+            ),
+            (
+                "sublet_requests_failed_total",
+                "Chat requests that failed in the engine.",
+                "counter",
+                |p| p.failed,
+            ),
+            (
+                "sublet_requests_in_flight",
+                "Chat requests admitted and not yet ended.",
+                "gauge",
+                |p| p.started.saturating_sub(p.finished + p.failed),
+            ),
+            (
+                "sublet_prompt_tokens_total",
+                "Prompt tokens of finished requests.",
+                "counter",
+                |p| p.prompt_tokens,
+            ),
+            (
+                "sublet_completion_tokens_total",
+                "Tokens generated for finished requests.",
+                "counter",
+                |p| p.completion_tokens,
+            ),
+        ];
+        for (name, help, kind, value) in families {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+            for (priority, p) in &map {
+                let _ = writeln!(out, "{name}{{priority=\"{priority}\"}} {}", value(p));
+            }
+        }
         let refused = self
             .refused
             .lock()

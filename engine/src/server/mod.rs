@@ -177,22 +177,8 @@ async fn serve_chat(
         Some(Err(e)) if e.invalid_request => {
             return Err(ApiError::invalid(Some("messages"), e.message))
         }
-        Some(Err(e)) => {
-            return Err(ApiError {
-                status: 500,
-                kind: "server_error",
-                param: None,
-                message: e.message,
-            })
-        }
-        None => {
-            return Err(ApiError {
-                status: 500,
-                kind: "server_error",
-                param: None,
-                message: "the engine ended the request".into(),
-            })
-        }
+        Some(Err(e)) => return Err(ApiError::server(e.message)),
+        None => return Err(ApiError::server("the engine ended the request")),
     };
     let id = format!("chatcmpl-{}", state.metrics.started(priority));
     let model = state.engine.model_name().to_string();
@@ -219,21 +205,11 @@ async fn serve_chat(
                 }
                 Some(Err(e)) => {
                     state.metrics.failed(priority);
-                    return Err(ApiError {
-                        status: 500,
-                        kind: "server_error",
-                        param: None,
-                        message: e.message,
-                    });
+                    return Err(ApiError::server(e.message));
                 }
                 None => {
                     state.metrics.failed(priority);
-                    return Err(ApiError {
-                        status: 500,
-                        kind: "server_error",
-                        param: None,
-                        message: "reply ended early".into(),
-                    });
+                    return Err(ApiError::server("reply ended early"));
                 }
             }
             event = reply.next().await;
@@ -260,13 +236,7 @@ async fn serve_chat(
                     Poll::Ready(Some(Err(e))) => {
                         metrics.failed(priority);
                         done = true;
-                        let body = ApiError {
-                            status: 500,
-                            kind: "server_error",
-                            param: None,
-                            message: e.message,
-                        }
-                        .body();
+                        let body = ApiError::server(e.message).body();
                         return Poll::Ready(Some(Ok(Event::default().data(body.to_string()))));
                     }
                     Poll::Ready(None) => {

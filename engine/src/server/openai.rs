@@ -69,6 +69,16 @@ impl ApiError {
         }
     }
 
+    /// A failure on the server's side (500).
+    pub fn server(message: impl Into<String>) -> Self {
+        Self {
+            status: 500,
+            kind: "server_error",
+            param: None,
+            message: message.into(),
+        }
+    }
+
     pub fn body(&self) -> Value {
         json!({"error": {
             "message": self.message,
