@@ -22,5 +22,7 @@
 
 mod policy;
 pub mod sim;
+mod types;
 
-pub use policy::{Counters, Plan, PolicyConfig, Refused, Request, Scheduler, Switches};
+pub use policy::Scheduler;
+pub use types::{Counters, Plan, PolicyConfig, Refused, Request, Switches};

@@ -1,0 +1,191 @@
+//! What the policy works on: its switches and limits, the requests it tracks, the plan of a
+//! step, and the counters of what fired.
+
+/// Each part of make-room, on or off.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Switches {
+    pub priority: bool,
+    pub kv_preemption: bool,
+    pub budget_cap: bool,
+    pub decode_hold: bool,
+    pub turn_hint: bool,
+    pub call_retention: bool,
+}
+
+impl Switches {
+    pub fn all() -> Self {
+        Self {
+            priority: true,
+            kv_preemption: true,
+            budget_cap: true,
+            decode_hold: true,
+            turn_hint: true,
+            call_retention: true,
+        }
+    }
+}
+
+/// The engine's limits and make-room's settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PolicyConfig {
+    pub switches: Switches,
+    /// Most sequences running at once.
+    pub max_running: usize,
+    /// KV cache room, in tokens.
+    pub kv_budget_tokens: usize,
+    /// Most prompt plus decode tokens in one step (`None`: whole prompts, as stock).
+    pub chunk_tokens: Option<usize>,
+    /// The budget cap's window T, in tokens (and its bound on consecutive held steps).
+    pub window_tokens: usize,
+    /// Most requests the KV preemption takes from in one step.
+    pub max_preemptions: usize,
+    pub hint_hold_ms: u64,
+    /// Most tokens kept for finished call turns, and for how long.
+    pub retain_tokens: usize,
+    pub retain_ms: u64,
+}
+
+impl Default for PolicyConfig {
+    fn default() -> Self {
+        Self {
+            switches: Switches::default(),
+            max_running: 16,
+            kv_budget_tokens: 16_384,
+            chunk_tokens: None,
+            window_tokens: 48,
+            max_preemptions: 2,
+            hint_hold_ms: 400,
+            retain_tokens: 4_096,
+            retain_ms: 30_000,
+        }
+    }
+}
+
+/// A request as the scheduler tracks it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    /// Arrival order: first come, first served.
+    pub id: u64,
+    /// Lower is more urgent.
+    pub priority: i32,
+    /// The call a voice turn belongs to.
+    pub call: Option<u64>,
+    pub prompt_len: usize,
+    pub max_new: usize,
+    pub generated: usize,
+    /// Tokens whose KV the request holds.
+    pub computed: usize,
+    /// Tokens its next admission can reload instead of recomputing (prefix cache).
+    pub cached: usize,
+    pub running: bool,
+    pub(super) admission: u64,
+    pub(super) held_steps: usize,
+}
+
+impl Request {
+    pub fn new(
+        id: u64,
+        priority: i32,
+        call: Option<u64>,
+        prompt_len: usize,
+        max_new: usize,
+    ) -> Self {
+        Self {
+            id,
+            priority,
+            call,
+            prompt_len,
+            max_new: max_new.max(1),
+            generated: 0,
+            computed: 0,
+            cached: 0,
+            running: false,
+            admission: 0,
+            held_steps: 0,
+        }
+    }
+
+    /// Tokens that must be in the KV before the next decode: the prompt and every
+    /// generated token but the last.
+    pub fn target(&self) -> usize {
+        self.prompt_len + self.generated.saturating_sub(1)
+    }
+
+    pub fn prefilling(&self) -> bool {
+        self.computed < self.target()
+    }
+
+    pub fn done(&self) -> bool {
+        self.generated >= self.max_new
+    }
+
+    /// Prefilling, or not yet past its first `window` tokens.
+    pub(super) fn in_window(&self, window: usize) -> bool {
+        self.prefilling() || self.generated < window
+    }
+
+    /// KV its completion will hold at most.
+    pub fn peak_kv(&self) -> usize {
+        self.prompt_len + self.max_new - 1
+    }
+}
+
+/// What one step does.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    pub preempted: Vec<u64>,
+    pub admitted: Vec<u64>,
+    /// Prompt tokens computed per request this step.
+    pub prefill: Vec<(u64, usize)>,
+    pub decode: Vec<u64>,
+    /// Running requests kept from progress by a hold.
+    pub held: Vec<u64>,
+}
+
+impl Plan {
+    /// Tokens the step computes.
+    pub fn tokens(&self) -> usize {
+        self.prefill.iter().map(|(_, n)| n).sum::<usize>() + self.decode.len()
+    }
+}
+
+/// What fired, for `/metrics` and the probes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub steps: u64,
+    pub prefill_chunks: u64,
+    pub prefill_tokens: u64,
+    pub decode_tokens: u64,
+    /// Preemptions to let a running request grow (the engine's own, with or without make-room).
+    pub growth_preemptions: u64,
+    /// Preemptions to admit a more urgent waiting request.
+    pub kv_preemptions: u64,
+    /// Request-steps held back by the budget cap, the decode hold or a turn hint.
+    pub held_request_steps: u64,
+    /// Holds skipped because the request had waited `window_tokens` steps in a row.
+    pub hold_releases: u64,
+    pub hints_seen: u64,
+    pub retained_turns: u64,
+    pub retained_hits: u64,
+    pub refused: u64,
+}
+
+/// A request the engine can never serve.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refused {
+    /// Its prompt and reply would need more KV than the whole budget.
+    TooLong { needed: usize, budget: usize },
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refused::TooLong { needed, budget } => {
+                write!(
+                    f,
+                    "request needs {needed} tokens of KV, more than the {budget} the engine has"
+                )
+            }
+        }
+    }
+}
