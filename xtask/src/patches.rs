@@ -37,6 +37,18 @@ fn git(dir: &Path) -> Command {
     command
 }
 
+/// Runs git in `dir` with `args`; returns its output.
+fn git_run<S: AsRef<std::ffi::OsStr>>(dir: &Path, args: &[S]) -> Result<String> {
+    let mut command = git(dir);
+    command.args(args);
+    let what = format!(
+        "git {}",
+        args.first()
+            .map_or(String::new(), |a| a.as_ref().to_string_lossy().into_owned())
+    );
+    run(command, &what)
+}
+
 fn run(mut command: Command, what: &str) -> Result<String> {
     let output = command
         .output()
@@ -132,22 +144,8 @@ pub fn ensure_patched() -> Result<()> {
             continue;
         }
         if dir.join(".git").is_dir() {
-            let status = run(
-                {
-                    let mut c = git(&dir);
-                    c.args(["status", "--porcelain"]);
-                    c
-                },
-                "git status",
-            )?;
-            let local = run(
-                {
-                    let mut c = git(&dir);
-                    c.args(["rev-list", "--count", "published..HEAD"]);
-                    c
-                },
-                "git rev-list",
-            )?;
+            let status = git_run(&dir, &["status", "--porcelain"])?;
+            let local = git_run(&dir, &["rev-list", "--count", "published..HEAD"])?;
             let expected = patch_files(name)?.len().to_string();
             if !status.trim().is_empty() || (stamp.is_file() && local.trim() != expected) {
                 bail!(
@@ -187,9 +185,7 @@ pub fn ensure_patched() -> Result<()> {
             ],
             vec!["tag", "published"],
         ] {
-            let mut c = git(&dir);
-            c.args(&args);
-            run(c, &format!("git {}", args[0]))?;
+            git_run(&dir, &args)?;
         }
         for patch in patch_files(name)? {
             let mut c = git(&dir);
@@ -210,14 +206,7 @@ pub fn save() -> Result<()> {
         if !dir.join(".git").is_dir() {
             bail!("patched/{name} does not exist: run `cargo xtask setup` first");
         }
-        let status = run(
-            {
-                let mut c = git(&dir);
-                c.args(["status", "--porcelain"]);
-                c
-            },
-            "git status",
-        )?;
+        let status = git_run(&dir, &["status", "--porcelain"])?;
         if !status.trim().is_empty() {
             bail!("patched/{name} has uncommitted edits; commit them first (one commit per patch)");
         }

@@ -183,27 +183,24 @@ impl Scheduler {
                 break;
             }
             let r = &self.requests[&id];
-            let retained_at = match (switches.call_retention, r.call) {
-                (true, Some(call)) => self.retained.iter().position(|k| k.call == call),
-                _ => None,
-            };
-            let retained = retained_at.map_or(0, |i| self.retained[i].tokens);
+            // The call's retained turn, which this request takes over (eviction spares it).
+            let taken_call = r.call.filter(|&call| {
+                switches.call_retention && self.retained.iter().any(|k| k.call == call)
+            });
+            let retained = taken_call.map_or(0, |call| {
+                self.retained
+                    .iter()
+                    .find(|k| k.call == call)
+                    .map_or(0, |k| k.tokens)
+            });
             let reuse = r.cached.max(retained).min(r.target());
             let first_chunk = self.config.chunk_tokens.unwrap_or(usize::MAX).max(1);
             // Room for what it reloads and its first chunk (or its next token).
             let need = reuse + first_chunk.min(r.target() - reuse).max(1);
             // Retained KV is already counted: taking it over frees that much.
             if need > room + retained {
-                self.evict_retained(
-                    need - retained,
-                    &mut room,
-                    r.call.filter(|_| retained_at.is_some()),
-                );
+                self.evict_retained(need - retained, &mut room, taken_call);
             }
-            let retained_at = match (switches.call_retention, self.requests[&id].call) {
-                (true, Some(call)) => self.retained.iter().position(|k| k.call == call),
-                _ => None,
-            };
             let available = room + retained;
             // Only the most urgent waiting request may preempt for room.
             if need > available
@@ -213,7 +210,9 @@ impl Scheduler {
             {
                 break;
             }
-            if let Some(i) = retained_at {
+            if let Some(i) =
+                taken_call.and_then(|call| self.retained.iter().position(|k| k.call == call))
+            {
                 self.retained.remove(i);
                 room += retained;
                 self.counters.retained_hits += 1;
