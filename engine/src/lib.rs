@@ -5,6 +5,7 @@
 //! cores, prefill runs about 12× and decoding about 1.8× faster than the quantized path,
 //! and the 135M model answers sensibly only that way.
 
+pub mod scheduler;
 mod stream;
 
 use std::path::{Path, PathBuf};
@@ -25,6 +26,7 @@ use sublet_models::ModelCache;
 pub use stream::{EngineError, Finish, ReplyStream, StreamEvent};
 
 pub mod make_room;
+pub mod probe;
 pub mod server;
 
 /// How the engine loads and runs.
@@ -36,6 +38,9 @@ pub struct EngineConfig {
     pub dequantize: bool,
     /// Most sequences the scheduler runs at once.
     pub max_running: usize,
+    /// Run make-room's scheduler (its switches and the KV budget in tokens) instead of
+    /// mistral.rs's default one.
+    pub make_room: Option<make_room::PolicyConfig>,
 }
 
 impl EngineConfig {
@@ -45,6 +50,7 @@ impl EngineConfig {
             model: cache.llm_gguf()?,
             dequantize: true,
             max_running: 16,
+            make_room: None,
         })
     }
 }
@@ -120,6 +126,7 @@ impl ChatRequest {
 /// The engine: one model, shared by every caller and agent in the process.
 pub struct Engine {
     runner: Arc<MistralRs>,
+    make_room: scheduler::MakeRoomHandle,
     runtime: tokio::runtime::Runtime,
     next_id: AtomicUsize,
     model_name: String,
@@ -137,7 +144,8 @@ impl Engine {
             .thread_name("sublet-engine-io")
             .enable_all()
             .build()?;
-        let runner = runtime.block_on(build_runner(config))?;
+        let make_room = scheduler::MakeRoomHandle::default();
+        let runner = runtime.block_on(build_runner(config, &make_room))?;
         let model_name = config
             .model
             .file_stem()
@@ -145,10 +153,22 @@ impl Engine {
             .unwrap_or_else(|| "model".into());
         Ok(Self {
             runner,
+            make_room,
             runtime,
             next_id: AtomicUsize::new(1),
             model_name,
         })
+    }
+
+    /// make-room's scheduler after its latest step: counters, KV use, queue lengths (all
+    /// zero with mistral.rs's default scheduler).
+    pub fn scheduler_state(&self) -> scheduler::SchedulerState {
+        self.make_room.state()
+    }
+
+    /// Changes make-room's switches; they apply once no request is in flight.
+    pub fn set_make_room_switches(&self, switches: make_room::Switches) {
+        self.make_room.set_switches(switches);
     }
 
     /// The served model's name (the GGUF file's stem).
@@ -249,7 +269,10 @@ impl Engine {
     }
 }
 
-async fn build_runner(config: &EngineConfig) -> Result<Arc<MistralRs>> {
+async fn build_runner(
+    config: &EngineConfig,
+    make_room: &scheduler::MakeRoomHandle,
+) -> Result<Arc<MistralRs>> {
     let model = &config.model;
     let dir = model.parent().unwrap_or(Path::new("."));
     let file = model
@@ -281,10 +304,26 @@ async fn build_runner(config: &EngineConfig) -> Result<Arc<MistralRs>> {
         )
         .with_context(|| format!("loading {}", model.display()))?;
     let max_running = config.max_running.max(1).try_into().expect("at least one");
-    let scheduler = SchedulerConfig::DefaultScheduler {
-        method: DefaultSchedulerMethod::Fixed(max_running),
+    let Some(policy) = &config.make_room else {
+        let scheduler = SchedulerConfig::DefaultScheduler {
+            method: DefaultSchedulerMethod::Fixed(max_running),
+        };
+        return Ok(MistralRsBuilder::new(pipeline, scheduler, false, None)
+            .build()
+            .await);
     };
-    Ok(MistralRsBuilder::new(pipeline, scheduler, false, None)
-        .build()
-        .await)
+    let policy = make_room::PolicyConfig {
+        max_running: config.max_running.max(1),
+        ..policy.clone()
+    };
+    let scheduler: Arc<tokio::sync::Mutex<dyn mistralrs_core::Scheduler>> = Arc::new(
+        tokio::sync::Mutex::new(scheduler::MakeRoomScheduler::new(policy, make_room)),
+    );
+    // Whole prompts share one token offset per step only without prefix-cache hits.
+    Ok(
+        MistralRsBuilder::new(pipeline, SchedulerConfig::Custom(scheduler), false, None)
+            .with_no_prefix_cache(true)
+            .build()
+            .await,
+    )
 }

@@ -4,6 +4,7 @@
 //!   sha256), the Whisper ggml conversion, the recorded test calls. A second run only checks.
 //! - `demo`: setup, then answer the bundled recorded call and print its turn table.
 //! - `test`: setup, then the whole test suite in release.
+//! - `probe`: setup, then make-room's probes on the real engine, off against on.
 //! - `patches save`: regenerate the patch series on mistral.rs from an edited copy.
 
 mod apt;
@@ -26,6 +27,7 @@ commands:
   setup            install system packages (as root), fetch and check the models, make test calls
   demo [ARGS]      setup, then answer the bundled recorded call (ARGS go to `playback`)
   test [ARGS]      setup, then run the whole test suite in release (ARGS go to `cargo test`)
+  probe [ARGS]     setup, then make-room's probes, off against on (e.g. --json target/probe.json)
   patches save     write patches/<crate>/ back from the commits in patched/<crate>
 
 environment:
@@ -37,6 +39,7 @@ fn main() -> ExitCode {
         Some("setup") => setup().map(|_| ()),
         Some("demo") => demo(&args[1..]),
         Some("test") => test(&args[1..]),
+        Some("probe") => probe(&args[1..]),
         Some("patches") if args.get(1).map(String::as_str) == Some("save") => patches::save(),
         Some("-h" | "--help" | "help") | None => {
             println!("{USAGE}");
@@ -152,6 +155,23 @@ fn demo(extra: &[String]) -> Result<()> {
         .arg(out.join("reply.wav"))
         .arg("--timeline")
         .arg(out.join("turns.json"))
+        .args(extra);
+    run(command)
+}
+
+fn probe(extra: &[String]) -> Result<()> {
+    setup()?;
+    let mut command = cargo();
+    command
+        .args([
+            "run",
+            "--release",
+            "-p",
+            "sublet-engine",
+            "--bin",
+            "make_room_probe",
+            "--",
+        ])
         .args(extra);
     run(command)
 }

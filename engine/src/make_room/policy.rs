@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::types::{Counters, Plan, PolicyConfig, Refused, Request};
+use super::types::{Counters, Plan, PolicyConfig, Refused, Request, Switches};
 
 #[derive(Debug, Clone)]
 struct Hint {
@@ -43,6 +43,11 @@ impl Scheduler {
 
     pub fn config(&self) -> &PolicyConfig {
         &self.config
+    }
+
+    /// Changes the switches; meant for when no request is in flight.
+    pub fn set_switches(&mut self, switches: Switches) {
+        self.config.switches = switches;
     }
 
     pub fn add(&mut self, request: Request) -> Result<(), Refused> {
@@ -194,7 +199,11 @@ impl Scheduler {
                     .map_or(0, |k| k.tokens)
             });
             let reuse = r.cached.max(retained).min(r.target());
-            let first_chunk = self.config.chunk_tokens.unwrap_or(usize::MAX).max(1);
+            let first_chunk = if self.runs_whole(r) {
+                usize::MAX
+            } else {
+                self.config.chunk_tokens.unwrap_or(usize::MAX).max(1)
+            };
             // Room for what it reloads and its first chunk (or its next token).
             let need = reuse + first_chunk.min(r.target() - reuse).max(1);
             // Retained KV is already counted: taking it over frees that much.
@@ -317,6 +326,13 @@ impl Scheduler {
         plan
     }
 
+    /// Whether the request's prompt is exempt from chunking.
+    fn runs_whole(&self, r: &Request) -> bool {
+        self.config
+            .whole_prompt_priority
+            .is_some_and(|p| r.priority <= p)
+    }
+
     /// Gives a running request its decode token or its next prompt chunk, within the step's
     /// token budget and the KV room (making room by the engine's growth preemption).
     fn run_request(&mut self, id: u64, room: &mut usize, budget: &mut usize, plan: &mut Plan) {
@@ -340,7 +356,12 @@ impl Scheduler {
             plan.decode.push(id);
             return;
         }
-        let want = (r.target() - r.computed).min(*budget);
+        let whole = self.runs_whole(r);
+        if whole && !plan.prefill.is_empty() {
+            return;
+        }
+        let left = r.target() - r.computed;
+        let want = if whole { left } else { left.min(*budget) };
         if want == 0 {
             return;
         }
@@ -352,7 +373,7 @@ impl Scheduler {
             return;
         }
         *room -= give;
-        *budget -= give;
+        *budget = budget.saturating_sub(give);
         plan.prefill.push((id, give));
     }
 

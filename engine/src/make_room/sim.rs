@@ -185,6 +185,7 @@ pub fn random_workload(seed: u64) -> Workload {
         max_running: rng.range(1, 8) as usize,
         kv_budget_tokens,
         chunk_tokens: rng.chance(0.6).then(|| rng.range(1, 256) as usize),
+        whole_prompt_priority: rng.chance(0.3).then_some(0),
         window_tokens: rng.range(1, 48) as usize,
         max_preemptions: rng.range(1, 3) as usize,
         hint_hold_ms: rng.range(0, 400),

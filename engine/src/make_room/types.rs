@@ -35,6 +35,10 @@ pub struct PolicyConfig {
     pub kv_budget_tokens: usize,
     /// Most prompt plus decode tokens in one step (`None`: whole prompts, as stock).
     pub chunk_tokens: Option<usize>,
+    /// Prompts at this priority or a more urgent one are never split (a voice turn's is
+    /// short, and on a CPU every extra pass costs a full read of the weights): such a
+    /// prompt runs whole, in a step where no other prompt has taken tokens yet.
+    pub whole_prompt_priority: Option<i32>,
     /// The budget cap's window T, in tokens (and its bound on consecutive held steps).
     pub window_tokens: usize,
     /// Most requests the KV preemption takes from in one step.
@@ -52,6 +56,7 @@ impl Default for PolicyConfig {
             max_running: 16,
             kv_budget_tokens: 16_384,
             chunk_tokens: None,
+            whole_prompt_priority: None,
             window_tokens: 48,
             max_preemptions: 2,
             hint_hold_ms: 400,
@@ -150,7 +155,7 @@ impl Plan {
 }
 
 /// What fired, for `/metrics` and the probes.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Counters {
     pub steps: u64,
     pub prefill_chunks: u64,

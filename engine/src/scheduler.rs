@@ -1,0 +1,430 @@
+//! make-room inside mistral.rs: the engine's scheduler hook (patch 2 of the series) runs
+//! [`make_room::Scheduler`] over the engine's real sequences.
+//!
+//! The policy plans a step; the step becomes *passes*, the forward passes the engine can
+//! batch (on the CPU path every sequence in one pass must hold the same number of KV
+//! tokens, and prompt chunks must also start at the same token). The engine asks for work
+//! once per loop, and gets one pass at a time, most urgent first. When a step's passes have
+//! all run, the policy hears what ran and which sequences stopped, and plans the next.
+//!
+//! A preempted sequence keeps its own KV copy (the CPU tier: on this path every sequence
+//! holds one), so when it is readmitted it continues where it stopped and recomputes
+//! nothing; the budget counts only the KV of running sequences.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use mistralrs_core::{
+    DefaultSchedulerOutput, IntervalLogger, KVCacheManager, Response, Scheduler, SchedulerOutput,
+    Sequence, SequenceState,
+};
+
+use crate::make_room::{self, Counters, Plan, PolicyConfig, Request};
+
+/// Most tokens a request that names no limit is assumed to generate, for KV accounting.
+const DEFAULT_MAX_NEW: usize = 1024;
+
+/// What the scheduler shows of itself after each planned step: for `/metrics` and for
+/// probes that must check their condition held.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SchedulerState {
+    pub counters: Counters,
+    /// Time spent deciding, all steps together (the scheduler's own cost).
+    pub schedule_ns: u64,
+    pub kv_used_tokens: usize,
+    pub kv_budget_tokens: usize,
+    pub running: usize,
+    pub waiting: usize,
+    /// Running requests per priority, most urgent first.
+    pub running_by_priority: Vec<(i32, usize)>,
+    /// Of those, the ones whose prompt is not yet all computed.
+    pub prefilling_by_priority: Vec<(i32, usize)>,
+    pub waiting_by_priority: Vec<(i32, usize)>,
+}
+
+/// One forward pass: sequences the engine can batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Pass {
+    Decode(Vec<u64>),
+    Prefill {
+        ids: Vec<u64>,
+        start: usize,
+        len: usize,
+    },
+}
+
+pub struct MakeRoomScheduler {
+    policy: make_room::Scheduler,
+    waiting: Vec<Sequence>,
+    running: Vec<Sequence>,
+    /// What of the step being run has been handed to the engine, and its passes not yet.
+    executed: Plan,
+    passes: VecDeque<Pass>,
+    /// Most urgent priority among the queued passes.
+    queued_priority: Option<i32>,
+    epoch: Instant,
+    schedule_ns: u64,
+    handle: MakeRoomHandle,
+}
+
+/// The engine's side of the scheduler: its state after each step, and the switches to
+/// apply when it is next idle.
+#[derive(Debug, Clone, Default)]
+pub struct MakeRoomHandle {
+    state: Arc<Mutex<SchedulerState>>,
+    switches: Arc<Mutex<Option<make_room::Switches>>>,
+}
+
+impl MakeRoomHandle {
+    pub fn state(&self) -> SchedulerState {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub fn set_switches(&self, switches: make_room::Switches) {
+        *self.switches.lock().unwrap_or_else(|e| e.into_inner()) = Some(switches);
+    }
+
+    fn take_switches(&self) -> Option<make_room::Switches> {
+        self.switches
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+
+    fn publish(&self, state: SchedulerState) {
+        *self.state.lock().unwrap_or_else(|e| e.into_inner()) = state;
+    }
+}
+
+impl MakeRoomScheduler {
+    /// A scheduler with the given policy, showing itself through `handle`.
+    ///
+    /// Call retention is turned off: it needs the prefix cache to really keep a call's KV,
+    /// which this path does not wire yet.
+    pub fn new(mut config: PolicyConfig, handle: &MakeRoomHandle) -> Self {
+        config.switches.call_retention = false;
+        Self {
+            policy: make_room::Scheduler::new(config),
+            waiting: Vec::new(),
+            running: Vec::new(),
+            executed: Plan::default(),
+            passes: VecDeque::new(),
+            queued_priority: None,
+            epoch: Instant::now(),
+            schedule_ns: 0,
+            handle: handle.clone(),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    /// Tells the policy what the finished step did and which sequences stopped on their
+    /// own (end of sequence, cancel), and lets go of every sequence the policy is done with:
+    /// dropping a sequence closes its reply channel.
+    fn finish_step(&mut self) {
+        let stopped: Vec<u64> = self
+            .running
+            .iter()
+            .chain(&self.waiting)
+            .filter(|seq| seq.is_finished_paged_attn())
+            .map(key)
+            .collect();
+        let executed = std::mem::take(&mut self.executed);
+        self.policy.finish_step(&executed, self.now_ms(), &stopped);
+        let policy = &self.policy;
+        self.running
+            .retain(|seq| policy.request(key(seq)).is_some());
+        self.waiting
+            .retain(|seq| policy.request(key(seq)).is_some());
+    }
+
+    /// New switches take effect when no request is in flight.
+    fn apply_new_switches(&mut self) {
+        if self.policy.is_idle() {
+            if let Some(mut switches) = self.handle.take_switches() {
+                switches.call_retention = false;
+                self.policy.set_switches(switches);
+            }
+        }
+    }
+
+    /// Plans the next step and queues its passes.
+    fn plan_step(&mut self) {
+        let plan = self.policy.schedule(self.now_ms());
+        for id in &plan.preempted {
+            if let Some(i) = self.running.iter().position(|s| key(s) == *id) {
+                let seq = self.running.swap_remove(i);
+                seq.set_state(SequenceState::Waiting);
+                self.waiting.push(seq);
+            }
+        }
+        for id in &plan.admitted {
+            if let Some(i) = self.waiting.iter().position(|s| key(s) == *id) {
+                let seq = self.waiting.swap_remove(i);
+                seq.set_state(SequenceState::RunningPrompt);
+                self.running.push(seq);
+            }
+        }
+        self.passes = passes(&self.policy, &plan).into();
+        self.queued_priority = plan
+            .decode
+            .iter()
+            .chain(plan.prefill.iter().map(|(id, _)| id))
+            .filter_map(|id| self.policy.request(*id))
+            .map(|r| r.priority)
+            .min();
+        self.publish(&plan);
+        // Progress is counted as passes are handed out; holds count for the whole step.
+        self.executed = Plan {
+            preempted: plan.preempted,
+            admitted: plan.admitted,
+            held: plan.held,
+            ..Plan::default()
+        };
+    }
+
+    fn publish(&self, plan: &Plan) {
+        let count = |filter: &dyn Fn(&Request) -> bool| {
+            let mut counts = Vec::<(i32, usize)>::new();
+            for r in self.policy.requests().filter(|r| filter(r)) {
+                match counts.iter_mut().find(|(p, _)| *p == r.priority) {
+                    Some((_, n)) => *n += 1,
+                    None => counts.push((r.priority, 1)),
+                }
+            }
+            counts.sort();
+            counts
+        };
+        self.handle.publish(SchedulerState {
+            counters: self.policy.counters.clone(),
+            schedule_ns: self.schedule_ns,
+            kv_used_tokens: self.policy.kv_used() + plan.tokens(),
+            kv_budget_tokens: self.policy.config().kv_budget_tokens,
+            running: self.policy.running_len(),
+            waiting: self.policy.waiting_len(),
+            running_by_priority: count(&|r| r.running),
+            prefilling_by_priority: count(&|r| r.running && r.prefilling()),
+            waiting_by_priority: count(&|r| !r.running),
+        });
+    }
+}
+
+fn key(seq: &Sequence) -> u64 {
+    *seq.id() as u64
+}
+
+/// Splits a step into the passes the engine can batch: by priority, most urgent first;
+/// within a priority decodes before prompt chunks (as stock runs them), and sequences
+/// grouped by KV length (decodes) or by chunk start and length (prompts).
+fn passes(policy: &make_room::Scheduler, plan: &Plan) -> Vec<Pass> {
+    let request = |id: u64| policy.request(id).expect("planned request exists");
+    // (priority, first id, pass)
+    let mut keyed: Vec<(i32, u64, Pass)> = Vec::new();
+    for &id in &plan.decode {
+        let r = request(id);
+        let found = keyed.iter_mut().find(|(p, _, pass)| {
+            *p == r.priority
+                && matches!(pass, Pass::Decode(ids) if request(ids[0]).computed == r.computed)
+        });
+        match found {
+            Some((_, _, Pass::Decode(ids))) => ids.push(id),
+            _ => keyed.push((r.priority, id, Pass::Decode(vec![id]))),
+        }
+    }
+    for &(id, n) in &plan.prefill {
+        let r = request(id);
+        let (start, len) = (r.computed, n);
+        let found = keyed.iter_mut().find(|(p, _, pass)| {
+            *p == r.priority
+                && matches!(pass, Pass::Prefill { start: s, len: l, .. } if *s == start && *l == len)
+        });
+        match found {
+            Some((_, _, Pass::Prefill { ids, .. })) => ids.push(id),
+            _ => keyed.push((
+                r.priority,
+                id,
+                Pass::Prefill {
+                    ids: vec![id],
+                    start,
+                    len,
+                },
+            )),
+        }
+    }
+    // Stable: decodes stay ahead of prompt chunks within a priority.
+    keyed.sort_by_key(|(priority, _, pass)| (*priority, matches!(pass, Pass::Prefill { .. })));
+    keyed.into_iter().map(|(_, _, pass)| pass).collect()
+}
+
+impl Scheduler for MakeRoomScheduler {
+    fn schedule(&mut self, logger: &IntervalLogger) -> SchedulerOutput<'_> {
+        if self.passes.is_empty() {
+            let started = Instant::now();
+            self.finish_step();
+            self.plan_step();
+            self.schedule_ns += started.elapsed().as_nanos() as u64;
+        }
+        logger.set_num_running(self.running.len());
+        logger.set_num_waiting(self.waiting.len());
+        let mut prompt = Vec::new();
+        let mut completion = Vec::new();
+        let pass = self.passes.pop_front();
+        match &pass {
+            Some(Pass::Decode(ids)) => self.executed.decode.extend(ids),
+            Some(Pass::Prefill { ids, len, .. }) => self
+                .executed
+                .prefill
+                .extend(ids.iter().map(|id| (*id, *len))),
+            None => {}
+        }
+        match pass {
+            Some(Pass::Decode(ids)) => {
+                for seq in self.running.iter_mut() {
+                    if ids.contains(&key(seq)) && seq.is_running() {
+                        seq.set_state(SequenceState::RunningCompletion);
+                        completion.push(seq);
+                    }
+                }
+            }
+            Some(Pass::Prefill { ids, start, len }) => {
+                for seq in self.running.iter_mut() {
+                    if ids.contains(&key(seq)) && seq.is_running() {
+                        seq.set_prompt_chunk(start, start + len);
+                        seq.set_state(SequenceState::RunningPrompt);
+                        prompt.push(seq);
+                    }
+                }
+            }
+            None => {}
+        }
+        SchedulerOutput::DefaultScheduler {
+            output: DefaultSchedulerOutput {
+                completion: completion.into(),
+                prompt: prompt.into(),
+            },
+        }
+    }
+
+    fn waiting_len(&self) -> usize {
+        self.waiting.len()
+    }
+
+    fn running_len(&self) -> usize {
+        self.running.len()
+    }
+
+    fn add_seq(&mut self, seq: Sequence) {
+        self.apply_new_switches();
+        let max_new = seq.max_new_tokens().unwrap_or(DEFAULT_MAX_NEW);
+        // A one-token request for a call is that call's turn hint (DESIGN §2).
+        if max_new == 1 && seq.session().is_some() {
+            self.policy.turn_hint(seq.priority(), self.now_ms());
+        }
+        // With priority on, a request more urgent than all the queued work is planned for
+        // at once: it waits for the pass in flight, not for the rest of the step.
+        if self.policy.config().switches.priority
+            && self.queued_priority.is_some_and(|p| seq.priority() < p)
+        {
+            self.passes.clear();
+            self.queued_priority = None;
+        }
+        let request = Request::new(key(&seq), seq.priority(), seq.session(), seq.len(), max_new);
+        match self.policy.add(request) {
+            Ok(()) => {
+                seq.set_state(SequenceState::Waiting);
+                self.waiting.push(seq);
+            }
+            Err(refused) => {
+                let _ = seq
+                    .responder()
+                    .try_send(Response::ValidationError(refused.to_string().into()));
+            }
+        }
+    }
+
+    fn free_finished_sequence_groups(&mut self) {
+        // Finished sequences leave when their step ends and the policy hears of them.
+    }
+
+    fn get_finished_recurrent_indices(&self) -> Vec<usize> {
+        Vec::new()
+    }
+
+    fn block_size(&self) -> Option<usize> {
+        None
+    }
+
+    fn kv_cache_manager(&self) -> Option<Arc<tokio::sync::Mutex<KVCacheManager>>> {
+        None
+    }
+
+    fn set_prefix_caching_enabled(&mut self, _enabled: bool) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::make_room::Switches;
+
+    fn policy_with(requests: &[(u64, i32, usize)]) -> make_room::Scheduler {
+        let mut policy = make_room::Scheduler::new(PolicyConfig {
+            switches: Switches::all(),
+            ..PolicyConfig::default()
+        });
+        for &(id, priority, prompt) in requests {
+            policy
+                .add(Request::new(id, priority, None, prompt, 64))
+                .unwrap();
+        }
+        policy
+    }
+
+    #[test]
+    fn a_step_splits_into_batchable_passes_most_urgent_first() {
+        // Two agents with equal prompts batch; the voice turn's prompt runs first, alone.
+        let mut policy = policy_with(&[(1, 1, 40), (2, 1, 40), (3, 1, 50), (4, 0, 12)]);
+        let plan = policy.schedule(0);
+        assert_eq!(
+            plan.prefill.len(),
+            1,
+            "the budget cap holds agent prefill: {plan:?}"
+        );
+        assert_eq!(
+            passes(&policy, &plan),
+            vec![Pass::Prefill {
+                ids: vec![4],
+                start: 0,
+                len: 12
+            }]
+        );
+        let mut policy = make_room::Scheduler::new(PolicyConfig::default());
+        for (id, prompt) in [(1, 40), (2, 40), (3, 50)] {
+            policy.add(Request::new(id, 1, None, prompt, 64)).unwrap();
+        }
+        let plan = policy.schedule(0);
+        assert_eq!(
+            passes(&policy, &plan),
+            vec![
+                Pass::Prefill {
+                    ids: vec![1, 2],
+                    start: 0,
+                    len: 40
+                },
+                Pass::Prefill {
+                    ids: vec![3],
+                    start: 0,
+                    len: 50
+                },
+            ]
+        );
+        policy.finish_step(&plan, 1, &[]);
+        let plan = policy.schedule(2);
+        assert_eq!(
+            passes(&policy, &plan),
+            vec![Pass::Decode(vec![1, 2]), Pass::Decode(vec![3])]
+        );
+    }
+}
