@@ -29,6 +29,9 @@ const DEFAULT_MAX_NEW: usize = 1024;
 /// probes that must check their condition held.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct SchedulerState {
+    /// Whether make-room's scheduler runs the engine at all (else mistral.rs's own does).
+    pub make_room: bool,
+    pub switches: make_room::Switches,
     pub counters: Counters,
     /// Time spent deciding, all steps together (the scheduler's own cost).
     pub schedule_ns: u64,
@@ -199,6 +202,8 @@ impl MakeRoomScheduler {
             counts
         };
         self.handle.publish(SchedulerState {
+            make_room: true,
+            switches: self.policy.config().switches.clone(),
             counters: self.policy.counters.clone(),
             schedule_ns: self.schedule_ns,
             kv_used_tokens: self.policy.kv_used() + plan.tokens(),

@@ -6,6 +6,7 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
@@ -13,6 +14,8 @@ use clap::Parser;
 use sublet_agent::{
     turn_table, AgentConfig, CallObserver, Pacing, TurnRecord, VoiceAgent, STAGE_NAMES,
 };
+use sublet_demos::SchedulerArgs;
+use sublet_engine::Engine;
 use sublet_models::ModelCache;
 use sublet_turn_detect::TurnEvent;
 
@@ -40,6 +43,8 @@ struct Args {
     /// Send the engine a one-token turn hint when the caller stops speaking.
     #[arg(long)]
     turn_hints: bool,
+    #[command(flatten)]
+    scheduler: SchedulerArgs,
 }
 
 /// Prints each turn-taking event and each answered turn as the call goes.
@@ -94,7 +99,9 @@ fn run(args: Args) -> Result<()> {
         turn_hints: args.turn_hints,
         ..AgentConfig::default()
     };
-    let agent = VoiceAgent::load(ModelCache::from_env(), config)?;
+    let cache = ModelCache::from_env();
+    let engine = Arc::new(Engine::load(&args.scheduler.engine_config(&cache)?)?);
+    let agent = VoiceAgent::with_engine(cache, engine, config);
     eprintln!(
         "playback: models loaded in {:.1} s",
         loading.elapsed().as_secs_f64()

@@ -1,7 +1,7 @@
 //! Serves the bundled engine over the OpenAI-compatible API, for coding agents.
 //!
 //! ```text
-//! serve [--addr 127.0.0.1:8000] [--api-key KEY]
+//! serve [--addr 127.0.0.1:8000] [--api-key KEY] [--make-room all [--kv-budget 4096] [--chunk 16]]
 //! ```
 
 use std::net::SocketAddr;
@@ -10,8 +10,9 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use clap::Parser;
+use sublet_demos::SchedulerArgs;
 use sublet_engine::server::{router, Metrics, ServerConfig};
-use sublet_engine::{Engine, EngineConfig};
+use sublet_engine::Engine;
 use sublet_models::ModelCache;
 
 #[derive(Parser, Debug)]
@@ -23,11 +24,13 @@ struct Args {
     /// Require this key as `Authorization: Bearer <key>` (default: `SUBLET_API_KEY`, else none).
     #[arg(long, env = "SUBLET_API_KEY")]
     api_key: Option<String>,
+    #[command(flatten)]
+    scheduler: SchedulerArgs,
 }
 
 fn run(args: Args) -> Result<()> {
     let cache = ModelCache::from_env();
-    let engine = Arc::new(Engine::load(&EngineConfig::bundled(&cache)?)?);
+    let engine = Arc::new(Engine::load(&args.scheduler.engine_config(&cache)?)?);
     let config = ServerConfig {
         api_key: args.api_key,
         ..ServerConfig::default()

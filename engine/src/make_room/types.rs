@@ -2,7 +2,7 @@
 //! step, and the counters of what fired.
 
 /// Each part of make-room, on or off.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Switches {
     pub priority: bool,
     pub kv_preemption: bool,
@@ -22,6 +22,38 @@ impl Switches {
             turn_hint: true,
             call_retention: true,
         }
+    }
+}
+
+impl std::str::FromStr for Switches {
+    type Err = String;
+
+    /// `all`, `none`, or a comma-separated list of switch names.
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "all" => return Ok(Self::all()),
+            "none" | "" => return Ok(Self::default()),
+            _ => {}
+        }
+        let mut switches = Self::default();
+        for name in text.split(',').map(str::trim) {
+            let switch = match name {
+                "priority" => &mut switches.priority,
+                "kv_preemption" => &mut switches.kv_preemption,
+                "budget_cap" => &mut switches.budget_cap,
+                "decode_hold" => &mut switches.decode_hold,
+                "turn_hint" => &mut switches.turn_hint,
+                "call_retention" => &mut switches.call_retention,
+                other => {
+                    return Err(format!(
+                        "unknown make-room switch {other:?} (expected all, none, or a list of \
+                         priority, kv_preemption, budget_cap, decode_hold, turn_hint, call_retention)"
+                    ))
+                }
+            };
+            *switch = true;
+        }
+        Ok(switches)
     }
 }
 

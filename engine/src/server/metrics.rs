@@ -5,6 +5,8 @@ use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
+use crate::scheduler::SchedulerState;
+
 #[derive(Debug, Default, Clone, Copy)]
 struct PerPriority {
     started: u64,
@@ -14,7 +16,7 @@ struct PerPriority {
     completion_tokens: u64,
 }
 
-/// Counters kept by the server (the engine's own scheduler counters join them later).
+/// Counters kept by the server.
 #[derive(Debug, Default)]
 pub struct Metrics {
     next_id: AtomicU64,
@@ -127,9 +129,163 @@ impl Metrics {
     }
 }
 
+/// The engine's scheduler: make-room's switches and counters, KV use, queue lengths. Empty
+/// when mistral.rs's own scheduler runs the engine.
+pub fn render_scheduler(state: &SchedulerState) -> String {
+    let mut out = String::new();
+    if !state.make_room {
+        return out;
+    }
+    let mut family = |name: &str, kind: &str, help: &str, samples: &[(String, u64)]| {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for (labels, value) in samples {
+            let _ = writeln!(out, "{name}{labels} {value}");
+        }
+    };
+    let plain = |value: u64| vec![(String::new(), value)];
+    let by_priority = |counts: &[(i32, usize)]| -> Vec<(String, u64)> {
+        counts
+            .iter()
+            .map(|(p, n)| (format!("{{priority=\"{p}\"}}"), *n as u64))
+            .collect()
+    };
+    let s = &state.switches;
+    let switches: Vec<(String, u64)> = [
+        ("priority", s.priority),
+        ("kv_preemption", s.kv_preemption),
+        ("budget_cap", s.budget_cap),
+        ("decode_hold", s.decode_hold),
+        ("turn_hint", s.turn_hint),
+        ("call_retention", s.call_retention),
+    ]
+    .iter()
+    .map(|(name, on)| (format!("{{switch=\"{name}\"}}"), u64::from(*on)))
+    .collect();
+    family(
+        "sublet_make_room_switch",
+        "gauge",
+        "make-room's switches (1 on, 0 off).",
+        &switches,
+    );
+    family(
+        "sublet_kv_used_tokens",
+        "gauge",
+        "KV in use by running requests, in tokens.",
+        &plain(state.kv_used_tokens as u64),
+    );
+    family(
+        "sublet_kv_budget_tokens",
+        "gauge",
+        "The engine's KV budget, in tokens.",
+        &plain(state.kv_budget_tokens as u64),
+    );
+    family(
+        "sublet_scheduler_running",
+        "gauge",
+        "Requests running, by priority.",
+        &by_priority(&state.running_by_priority),
+    );
+    family(
+        "sublet_scheduler_waiting",
+        "gauge",
+        "Requests waiting, by priority.",
+        &by_priority(&state.waiting_by_priority),
+    );
+    let c = &state.counters;
+    family(
+        "sublet_scheduler_steps_total",
+        "counter",
+        "Steps the scheduler planned.",
+        &plain(c.steps),
+    );
+    family(
+        "sublet_prefill_chunks_total",
+        "counter",
+        "Prompt chunks computed.",
+        &plain(c.prefill_chunks),
+    );
+    family(
+        "sublet_prefill_tokens_total",
+        "counter",
+        "Prompt tokens computed.",
+        &plain(c.prefill_tokens),
+    );
+    family(
+        "sublet_decode_tokens_total",
+        "counter",
+        "Tokens decoded.",
+        &plain(c.decode_tokens),
+    );
+    family(
+        "sublet_preemptions_total",
+        "counter",
+        "Running requests preempted: to let another grow, or to admit a more urgent one.",
+        &[
+            ("{reason=\"growth\"}".into(), c.growth_preemptions),
+            ("{reason=\"kv\"}".into(), c.kv_preemptions),
+        ],
+    );
+    family(
+        "sublet_held_request_steps_total",
+        "counter",
+        "Request-steps held back by the budget cap, the decode hold or a turn hint.",
+        &plain(c.held_request_steps),
+    );
+    family(
+        "sublet_hold_releases_total",
+        "counter",
+        "Holds let go because a request had waited the window.",
+        &plain(c.hold_releases),
+    );
+    family(
+        "sublet_turn_hints_total",
+        "counter",
+        "Turn hints seen.",
+        &plain(c.hints_seen),
+    );
+    family(
+        "sublet_kv_refused_total",
+        "counter",
+        "Requests refused: they would need more KV than the budget.",
+        &plain(c.refused),
+    );
+    family(
+        "sublet_scheduler_nanoseconds_total",
+        "counter",
+        "Time the scheduler spent deciding.",
+        &plain(state.schedule_ns),
+    );
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn renders_the_scheduler_only_when_make_room_runs() {
+        assert_eq!(render_scheduler(&SchedulerState::default()), "");
+        let state = SchedulerState {
+            make_room: true,
+            kv_used_tokens: 700,
+            kv_budget_tokens: 1024,
+            running_by_priority: vec![(0, 1), (1, 3)],
+            ..SchedulerState::default()
+        };
+        let text = render_scheduler(&state);
+        for line in [
+            "sublet_kv_used_tokens 700",
+            "sublet_kv_budget_tokens 1024",
+            "sublet_scheduler_running{priority=\"1\"} 3",
+            "sublet_make_room_switch{switch=\"priority\"} 0",
+            "sublet_preemptions_total{reason=\"kv\"} 0",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "{line} missing from\n{text}"
+            );
+        }
+    }
 
     #[test]
     fn renders_counts_per_priority() {

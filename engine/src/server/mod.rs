@@ -124,7 +124,7 @@ async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Respo
 async fn metrics_text(State(state): State<Arc<AppState>>) -> Response {
     (
         [("content-type", "text/plain; version=0.0.4")],
-        state.metrics.render(),
+        state.metrics.render() + &metrics::render_scheduler(&state.engine.scheduler_state()),
     )
         .into_response()
 }

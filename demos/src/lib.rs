@@ -1,0 +1,68 @@
+//! What the demos share: how the engine's scheduler is chosen on the command line.
+
+use anyhow::Result;
+use clap::Args;
+use sublet_engine::make_room::{PolicyConfig, Switches};
+use sublet_engine::{EngineConfig, VOICE_PRIORITY};
+use sublet_models::ModelCache;
+
+/// The engine's scheduler: mistral.rs's own (the default), or make-room's.
+#[derive(Args, Debug, Clone)]
+pub struct SchedulerArgs {
+    /// Run make-room's scheduler with these switches: `all`, `none`, or a list of
+    /// priority,kv_preemption,budget_cap,decode_hold,turn_hint. Without it the engine
+    /// schedules exactly as stock mistral.rs.
+    #[arg(long, value_name = "SWITCHES")]
+    pub make_room: Option<Switches>,
+    /// make-room's KV budget, in tokens.
+    #[arg(long, default_value_t = 4096, requires = "make_room")]
+    pub kv_budget: usize,
+    /// make-room's prompt chunk, in tokens per step (a voice turn's prompt runs whole).
+    #[arg(long, default_value_t = 16, requires = "make_room")]
+    pub chunk: usize,
+}
+
+impl SchedulerArgs {
+    /// The bundled engine, scheduled as asked.
+    pub fn engine_config(&self, cache: &ModelCache) -> Result<EngineConfig> {
+        Ok(EngineConfig {
+            make_room: self.make_room.clone().map(|switches| PolicyConfig {
+                switches,
+                kv_budget_tokens: self.kv_budget,
+                chunk_tokens: Some(self.chunk.max(1)),
+                whole_prompt_priority: Some(VOICE_PRIORITY),
+                ..PolicyConfig::default()
+            }),
+            ..EngineConfig::bundled(cache)?
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        scheduler: SchedulerArgs,
+    }
+
+    #[test]
+    fn switches_parse_from_the_command_line() {
+        let cli = Cli::try_parse_from(["x", "--make-room", "priority,kv_preemption"]).unwrap();
+        let switches = cli.scheduler.make_room.unwrap();
+        assert!(switches.priority && switches.kv_preemption && !switches.budget_cap);
+        let cli = Cli::try_parse_from(["x", "--make-room", "all", "--kv-budget", "2048"]).unwrap();
+        assert_eq!(cli.scheduler.make_room, Some(Switches::all()));
+        assert_eq!(cli.scheduler.kv_budget, 2048);
+        assert!(Cli::try_parse_from(["x", "--make-room", "fastest"]).is_err());
+        // A budget means nothing without make-room's scheduler.
+        assert!(Cli::try_parse_from(["x", "--kv-budget", "2048"]).is_err());
+        assert_eq!(
+            Cli::try_parse_from(["x"]).unwrap().scheduler.make_room,
+            None
+        );
+    }
+}
