@@ -216,6 +216,32 @@ impl Engine {
         Ok(ReplyStream::spawn(self.runtime.handle(), rx))
     }
 
+    /// How many tokens `messages` take as a prompt (the chat template applied).
+    pub fn prompt_tokens(&self, messages: &[Message]) -> Result<usize> {
+        let (tx, mut rx) = tokio::sync::mpsc::channel(1);
+        let request = Request::Tokenize(mistralrs_core::TokenizationRequest {
+            text: Either::Left(chat_messages(messages)),
+            tools: None,
+            add_generation_prompt: true,
+            add_special_tokens: true,
+            enable_thinking: None,
+            reasoning_effort: None,
+            response: tx,
+        });
+        let sender = self
+            .runner
+            .get_sender(None)
+            .map_err(|e| anyhow::anyhow!("engine is not running: {e}"))?;
+        self.runtime.block_on(async {
+            sender
+                .send(request)
+                .await
+                .map_err(|_| anyhow::anyhow!("engine stopped"))?;
+            let tokens = rx.recv().await.context("engine stopped")??;
+            Ok(tokens.len())
+        })
+    }
+
     fn normal_request(
         &self,
         request: ChatRequest,
@@ -223,16 +249,7 @@ impl Engine {
         NormalRequest,
         tokio::sync::mpsc::Receiver<mistralrs_core::Response>,
     ) {
-        let messages = request
-            .messages
-            .iter()
-            .map(|m| {
-                let mut entry: IndexMap<String, mistralrs_core::MessageContent> = IndexMap::new();
-                entry.insert("role".into(), Either::Left(m.role.as_str().into()));
-                entry.insert("content".into(), Either::Left(m.content.clone()));
-                entry
-            })
-            .collect();
+        let messages = chat_messages(&request.messages);
         let mut sampling = SamplingParams::deterministic();
         sampling.max_len = Some(request.max_tokens);
         if let Some(t) = request.temperature.filter(|t| *t > 0.0) {
@@ -267,6 +284,19 @@ impl Engine {
         };
         (normal, rx)
     }
+}
+
+/// Chat messages as mistral.rs takes them.
+fn chat_messages(messages: &[Message]) -> Vec<IndexMap<String, mistralrs_core::MessageContent>> {
+    messages
+        .iter()
+        .map(|m| {
+            let mut entry = IndexMap::new();
+            entry.insert("role".into(), Either::Left(m.role.as_str().into()));
+            entry.insert("content".into(), Either::Left(m.content.clone()));
+            entry
+        })
+        .collect()
 }
 
 async fn build_runner(
@@ -319,10 +349,10 @@ async fn build_runner(
     let scheduler: Arc<tokio::sync::Mutex<dyn mistralrs_core::Scheduler>> = Arc::new(
         tokio::sync::Mutex::new(scheduler::MakeRoomScheduler::new(policy, make_room)),
     );
-    // Whole prompts share one token offset per step only without prefix-cache hits.
+    // mistral.rs's own prefix cache stays on, as stock: a request that shares a prefix
+    // with a finished one (a call's next turn, an agent's next call) starts from its KV.
     Ok(
         MistralRsBuilder::new(pipeline, SchedulerConfig::Custom(scheduler), false, None)
-            .with_no_prefix_cache(true)
             .build()
             .await,
     )

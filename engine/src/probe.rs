@@ -196,27 +196,16 @@ fn drain(mut stream: ReplyStream, tokens: &AtomicUsize, stop: &AtomicBool) {
 }
 
 /// A coding agent's request of about `words` words.
+/// Each starts differently, so that no agent finds another's prompt in the prefix cache.
 fn agent_request(words: usize, max_tokens: usize) -> ChatRequest {
+    static NEXT: AtomicUsize = AtomicUsize::new(1);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
     let filler = "Explain each step in detail, naming the data structures involved. ";
-    let mut text = String::from("Explain how a compiler turns source code into a program. ");
+    let mut text = format!("Task {n}: explain how a compiler turns source code into a program. ");
     while text.split_whitespace().count() < words {
         text.push_str(filler);
     }
     ChatRequest::new(vec![Message::new(Role::User, text)], max_tokens)
-}
-
-/// Tokens the engine prefills for `request`'s prompt (it runs it, on an idle engine).
-fn prompt_tokens(engine: &Engine, request: ChatRequest) -> Result<usize> {
-    let before = engine.scheduler_state().counters.prefill_tokens;
-    let mut stream = engine.chat(ChatRequest {
-        max_tokens: 1,
-        ..request
-    })?;
-    while let Some(event) = stream.next_blocking() {
-        event?;
-    }
-    wait_idle(engine)?;
-    Ok((engine.scheduler_state().counters.prefill_tokens - before) as usize)
 }
 
 /// Waits until `condition` holds in the scheduler's state, or fails after two minutes.
@@ -365,7 +354,7 @@ pub fn run(
         alone.push(voice_turn(&engine, &none)?);
         wait_idle(&engine)?;
     }
-    let voice_prompt = prompt_tokens(&engine, voice_request())?;
+    let voice_prompt = engine.prompt_tokens(&voice_request().messages)?;
     alone.sort_by(|a, b| a.first_token_ms.total_cmp(&b.first_token_ms));
     let alone = alone.swap_remove(1);
     progress(&format!(
@@ -376,9 +365,12 @@ pub fn run(
     // The KV-full agent's prompt leaves a little more room than the voice prompt needs.
     let target = options.kv_budget_tokens.saturating_sub(voice_prompt + 16);
     let sample_words = 200;
-    let sample = prompt_tokens(&engine, agent_request(sample_words, 1))?;
+    let sample = engine.prompt_tokens(&agent_request(sample_words, 1).messages)?;
     let words = target * sample_words / sample.max(1);
-    let long_agent = (words, prompt_tokens(&engine, agent_request(words, 1))?);
+    let long_agent = (
+        words,
+        engine.prompt_tokens(&agent_request(words, 1).messages)?,
+    );
     if long_agent.1 + voice_prompt >= options.kv_budget_tokens {
         bail!("the KV budget is too small for the probe: {long_agent:?} tokens");
     }

@@ -336,7 +336,18 @@ impl Scheduler for MakeRoomScheduler {
             self.passes.clear();
             self.queued_priority = None;
         }
-        let request = Request::new(key(&seq), seq.priority(), seq.session(), seq.len(), max_new);
+        // A prefix-cache hit arrives holding the KV of its first `token_offset` tokens,
+        // with only the rest of its prompt left to compute.
+        let cached = seq.prefix_cache_len();
+        let prompt_len = seq.token_offset() + seq.len();
+        let mut request = Request::new(
+            key(&seq),
+            seq.priority(),
+            seq.session(),
+            prompt_len,
+            max_new,
+        );
+        request.cached = cached;
         match self.policy.add(request) {
             Ok(()) => {
                 seq.set_state(SequenceState::Waiting);
