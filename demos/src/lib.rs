@@ -10,8 +10,8 @@ use sublet_models::ModelCache;
 #[derive(Args, Debug, Clone)]
 pub struct SchedulerArgs {
     /// Run make-room's scheduler with these switches: `all`, `none`, or a list of
-    /// priority,kv_preemption,budget_cap,decode_hold,turn_hint. Without it the engine
-    /// schedules exactly as stock mistral.rs.
+    /// priority,kv_preemption,budget_cap,decode_hold,turn_hint,call_retention. Without it
+    /// the engine schedules exactly as stock mistral.rs.
     #[arg(long, value_name = "SWITCHES")]
     pub make_room: Option<Switches>,
     /// make-room's KV budget, in tokens.

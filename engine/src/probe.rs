@@ -5,7 +5,7 @@
 //! Each case checks from the scheduler's own state that its condition held when the turn
 //! was sent, and fails otherwise: a probe that cannot fail proves nothing.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -97,8 +97,10 @@ fn median(values: &[f64]) -> f64 {
     sorted.get(sorted.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
-/// A caller's third turn, with the voice agent's kind of system prompt.
+/// A caller's third turn, with the voice agent's kind of system prompt. Each is a new
+/// call's, so that no call's retained KV makes room for it.
 fn voice_request() -> ChatRequest {
+    static NEXT_CALL: AtomicU64 = AtomicU64::new(1);
     let conversation = [
         (Role::System, "You are a helpful voice assistant on a phone call. Answer in one or two short, plain spoken sentences."),
         (Role::User, "Hi, I would like to plan a trip to Lisbon in May."),
@@ -107,7 +109,7 @@ fn voice_request() -> ChatRequest {
     ];
     ChatRequest {
         priority: VOICE_PRIORITY,
-        session: Some(1),
+        session: Some(NEXT_CALL.fetch_add(1, Ordering::Relaxed)),
         ..ChatRequest::new(
             conversation
                 .iter()

@@ -9,7 +9,10 @@
 //!
 //! A preempted sequence keeps its own KV copy (the CPU tier: on this path every sequence
 //! holds one), so when it is readmitted it continues where it stopped and recomputes
-//! nothing; the budget counts only the KV of running sequences.
+//! nothing; the budget counts only the KV of running sequences, and of retained call
+//! turns. A finished call turn's KV lives on in mistral.rs's prefix cache; call retention
+//! keeps budget room for it until the call's next turn (which finds it there) takes it
+//! over, or until it gives way to pressure or its time runs out.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -102,11 +105,7 @@ impl MakeRoomHandle {
 
 impl MakeRoomScheduler {
     /// A scheduler with the given policy, showing itself through `handle`.
-    ///
-    /// Call retention is turned off: it needs the prefix cache to really keep a call's KV,
-    /// which this path does not wire yet.
-    pub fn new(mut config: PolicyConfig, handle: &MakeRoomHandle) -> Self {
-        config.switches.call_retention = false;
+    pub fn new(config: PolicyConfig, handle: &MakeRoomHandle) -> Self {
         Self {
             policy: make_room::Scheduler::new(config),
             waiting: Vec::new(),
@@ -147,8 +146,7 @@ impl MakeRoomScheduler {
     /// New switches take effect when no request is in flight.
     fn apply_new_switches(&mut self) {
         if self.policy.is_idle() {
-            if let Some(mut switches) = self.handle.take_switches() {
-                switches.call_retention = false;
+            if let Some(switches) = self.handle.take_switches() {
                 self.policy.set_switches(switches);
             }
         }
@@ -348,6 +346,7 @@ impl Scheduler for MakeRoomScheduler {
             max_new,
         );
         request.cached = cached;
+        request.cached_exact = true;
         match self.policy.add(request) {
             Ok(()) => {
                 seq.set_state(SequenceState::Waiting);

@@ -45,8 +45,12 @@ impl Scheduler {
         &self.config
     }
 
-    /// Changes the switches; meant for when no request is in flight.
+    /// Changes the switches; meant for when no request is in flight. Turning call
+    /// retention off lets go of the room kept for finished call turns.
     pub fn set_switches(&mut self, switches: Switches) {
+        if !switches.call_retention {
+            self.retained.clear();
+        }
         self.config.switches = switches;
     }
 
@@ -198,7 +202,12 @@ impl Scheduler {
                     .find(|k| k.call == call)
                     .map_or(0, |k| k.tokens)
             });
-            let reuse = r.cached.max(retained).min(r.target());
+            let reuse = if r.cached_exact {
+                r.cached
+            } else {
+                r.cached.max(retained)
+            }
+            .min(r.target());
             let first_chunk = if self.runs_whole(r) {
                 usize::MAX
             } else {

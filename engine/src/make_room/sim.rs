@@ -430,6 +430,51 @@ mod tests {
     }
 
     #[test]
+    fn a_call_turn_takes_over_its_retained_kv_but_reuses_only_what_the_engine_holds() {
+        let mut scheduler = Scheduler::new(PolicyConfig {
+            switches: Switches::all(),
+            kv_budget_tokens: 1000,
+            ..PolicyConfig::default()
+        });
+        // The call's first turn: a 90-token prompt and 11 tokens; it finishes holding 100.
+        scheduler.add(Request::new(1, 0, Some(7), 90, 11)).unwrap();
+        let mut now = 0;
+        while !scheduler.is_idle() {
+            let plan = scheduler.schedule(now);
+            now += 10;
+            scheduler.finish_step(&plan, now, &[]);
+        }
+        assert_eq!(scheduler.retained_tokens(), 100);
+        // Its next turn arrives with a 60-token prefix the engine found in its cache.
+        let mut turn = Request::new(2, 0, Some(7), 120, 8);
+        turn.cached = 60;
+        turn.cached_exact = true;
+        scheduler.add(turn).unwrap();
+        let plan = scheduler.schedule(now);
+        assert_eq!(
+            scheduler.retained_tokens(),
+            0,
+            "the turn took the room over"
+        );
+        assert_eq!(
+            plan.prefill,
+            vec![(2, 60)],
+            "it computes what the engine lacks"
+        );
+        assert_eq!(scheduler.counters.retained_hits, 1);
+        // When it finishes it is kept in turn; turning retention off lets go of it.
+        scheduler.finish_step(&plan, now + 10, &[]);
+        while !scheduler.is_idle() {
+            now += 10;
+            let plan = scheduler.schedule(now);
+            scheduler.finish_step(&plan, now + 10, &[]);
+        }
+        assert_eq!(scheduler.retained_tokens(), 127);
+        scheduler.set_switches(Switches::default());
+        assert_eq!(scheduler.retained_tokens(), 0);
+    }
+
+    #[test]
     fn the_invariant_checks_can_fail() {
         // A scheduler that never schedules anything must be reported as a stall.
         let mut workload = random_workload(3);

@@ -114,6 +114,9 @@ pub struct Request {
     pub computed: usize,
     /// Tokens its next admission can reload instead of recomputing (prefix cache).
     pub cached: usize,
+    /// `cached` is exactly what the engine holds for it (a prefix-cache hit the engine
+    /// found itself), so a retained call turn it takes over adds nothing to it.
+    pub cached_exact: bool,
     pub running: bool,
     pub(super) admission: u64,
     pub(super) held_steps: usize,
@@ -136,6 +139,7 @@ impl Request {
             generated: 0,
             computed: 0,
             cached: 0,
+            cached_exact: false,
             running: false,
             admission: 0,
             held_steps: 0,
