@@ -136,6 +136,11 @@ pub const CALLS_DIR: &str = "calls";
 pub const PYTHON_ENV: &str = "python";
 /// The client libraries setup installs into [`PYTHON_ENV`], pinned.
 pub const PYTHON_PACKAGES: &[&str] = &["openai==3.57.0"];
+/// A Node.js package folder with LiveKit's official client SDK (it carries LiveKit's own
+/// WebRTC), which the LiveKit tests call as the caller.
+pub const NODE_ENV: &str = "node";
+/// The npm packages setup installs into [`NODE_ENV`], pinned.
+pub const NODE_PACKAGES: &[&str] = &["@livekit/rtc-node@1.1.0"];
 
 /// The cache folder and the paths of the files in it.
 #[derive(Debug, Clone)]
@@ -213,6 +218,14 @@ impl ModelCache {
     /// whisper.cpp's `jfk.wav` sample (11 s of speech, 16 kHz mono).
     pub fn jfk_wav(&self) -> Result<PathBuf, MissingModel> {
         self.require("samples/jfk.wav")
+    }
+
+    /// The `node_modules` folder of the Node test clients.
+    pub fn node_modules(&self) -> Result<PathBuf, MissingModel> {
+        self.require(&format!(
+            "{NODE_ENV}/node_modules/@livekit/rtc-node/package.json"
+        ))
+        .map(|_| self.path(NODE_ENV).join("node_modules"))
     }
 
     /// The Python interpreter of the test clients' environment.

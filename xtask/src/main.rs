@@ -11,7 +11,7 @@ mod apt;
 mod calls;
 mod fetch;
 mod patches;
-mod python_env;
+mod client_env;
 mod whisper_ggml;
 
 use std::path::{Path, PathBuf};
@@ -76,7 +76,8 @@ fn setup() -> Result<ModelCache> {
     fetch::fetch_all(&cache)?;
     whisper_ggml::ensure_converted(&cache)?;
     calls::ensure_calls(&cache)?;
-    python_env::ensure_python_env(&cache)?;
+    client_env::ensure_python_env(&cache)?;
+    client_env::ensure_node_env(&cache)?;
     eprintln!("setup: ready in {:.1} s", started.elapsed().as_secs_f64());
     Ok(cache)
 }

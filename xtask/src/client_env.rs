@@ -1,10 +1,11 @@
-//! The official client libraries the tests drive Sublet with, in a virtual environment
-//! inside the cache so nothing is installed into the system's Python.
+//! The official client libraries the tests drive Sublet with, in a Python virtual
+//! environment and a Node package folder inside the cache, so nothing is installed into
+//! the system's Python or Node.
 
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
-use sublet_models::{ModelCache, PYTHON_ENV, PYTHON_PACKAGES};
+use sublet_models::{ModelCache, NODE_ENV, NODE_PACKAGES, PYTHON_ENV, PYTHON_PACKAGES};
 
 pub fn ensure_python_env(cache: &ModelCache) -> Result<()> {
     let dir = cache.path(PYTHON_ENV);
@@ -45,6 +46,29 @@ pub fn ensure_python_env(cache: &ModelCache) -> Result<()> {
             "pip could not install {} ({status})",
             PYTHON_PACKAGES.join(" ")
         );
+    }
+    std::fs::write(stamp, wanted)?;
+    Ok(())
+}
+
+pub fn ensure_node_env(cache: &ModelCache) -> Result<()> {
+    let dir = cache.path(NODE_ENV);
+    let stamp = dir.join("sublet-packages.txt");
+    let wanted = NODE_PACKAGES.join("\n");
+    if std::fs::read_to_string(&stamp).is_ok_and(|s| s == wanted) && cache.node_modules().is_ok() {
+        eprintln!("setup: node test clients ok ({})", NODE_PACKAGES.join(", "));
+        return Ok(());
+    }
+    eprintln!("setup: installing node test clients into {}", dir.display());
+    std::fs::create_dir_all(&dir)?;
+    let status = Command::new("npm")
+        .args(["install", "--no-audit", "--no-fund", "--loglevel=error", "--prefix"])
+        .arg(&dir)
+        .args(NODE_PACKAGES)
+        .status()
+        .context("running npm: is npm installed?")?;
+    if !status.success() {
+        bail!("npm could not install {} ({status})", NODE_PACKAGES.join(" "));
     }
     std::fs::write(stamp, wanted)?;
     Ok(())

@@ -1,0 +1,146 @@
+//! One server-side peer connection (webrtc-rs): answers a client's offers with every
+//! candidate already gathered (host candidates on the media address), and takes the
+//! client's trickled candidates.
+
+use std::net::{IpAddr, Ipv4Addr, UdpSocket};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use livekit_protocol as proto;
+use proto::signal_response::Message as Reply;
+use rtc::interceptor::Registry;
+use rtc::peer_connection::configuration::interceptor_registry::register_default_interceptors;
+use rtc::peer_connection::configuration::media_engine::{
+    MediaEngine, MIME_TYPE_OPUS, MIME_TYPE_VP8,
+};
+use rtc::peer_connection::configuration::RTCConfigurationBuilder;
+use rtc::peer_connection::sdp::RTCSessionDescription;
+use rtc::peer_connection::transport::RTCIceCandidateInit;
+use rtc::rtp_transceiver::rtp_sender::{RTCRtpCodec, RTCRtpCodecParameters, RtpCodecKind};
+use tokio::sync::{mpsc, watch};
+use webrtc::peer_connection::{
+    PeerConnection, PeerConnectionBuilder, PeerConnectionEventHandler, RTCIceGatheringState,
+};
+
+/// The machine's address towards its default route: LiveKit's clients ignore loopback
+/// candidates, so media must use a real interface.
+pub fn media_ip() -> IpAddr {
+    UdpSocket::bind("0.0.0.0:0")
+        .and_then(|s| s.connect("192.0.2.1:9").map(|_| s))
+        .and_then(|s| s.local_addr())
+        .map(|a| a.ip())
+        .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST))
+}
+
+struct Handler {
+    gathered: watch::Sender<bool>,
+}
+
+#[async_trait::async_trait]
+impl PeerConnectionEventHandler for Handler {
+    async fn on_ice_gathering_state_change(&self, state: RTCIceGatheringState) {
+        let _ = self.gathered.send(state == RTCIceGatheringState::Complete);
+    }
+}
+
+pub struct Peer {
+    connection: Box<dyn PeerConnection>,
+    gathered: watch::Receiver<bool>,
+    /// Candidates trickled before the offer they belong to (clients send them early).
+    early_candidates: tokio::sync::Mutex<Option<Vec<RTCIceCandidateInit>>>,
+}
+
+fn codecs() -> Result<MediaEngine> {
+    let mut media = MediaEngine::default();
+    let opus = RTCRtpCodecParameters {
+        rtp_codec: RTCRtpCodec {
+            mime_type: MIME_TYPE_OPUS.to_owned(),
+            clock_rate: 48000,
+            channels: 2,
+            sdp_fmtp_line: "minptime=10;useinbandfec=1".to_owned(),
+            rtcp_feedback: vec![],
+        },
+        payload_type: 111,
+    };
+    let vp8 = RTCRtpCodecParameters {
+        rtp_codec: RTCRtpCodec {
+            mime_type: MIME_TYPE_VP8.to_owned(),
+            clock_rate: 90000,
+            channels: 0,
+            sdp_fmtp_line: String::new(),
+            rtcp_feedback: vec![],
+        },
+        payload_type: 96,
+    };
+    media.register_codec(opus, RtpCodecKind::Audio)?;
+    media.register_codec(vp8, RtpCodecKind::Video)?;
+    Ok(media)
+}
+
+impl Peer {
+    pub async fn new(
+        ip: IpAddr,
+        _target: proto::SignalTarget,
+        _signal: mpsc::UnboundedSender<Reply>,
+    ) -> Result<Self> {
+        let mut media = codecs()?;
+        let registry = register_default_interceptors(Registry::new(), &mut media)?;
+        let (gathered_tx, gathered) = watch::channel(false);
+        let connection = PeerConnectionBuilder::new()
+            .with_configuration(RTCConfigurationBuilder::new().build())
+            .with_media_engine(media)
+            .with_interceptor_registry(registry)
+            .with_handler(Arc::new(Handler {
+                gathered: gathered_tx,
+            }))
+            .with_udp_addrs(vec![format!("{ip}:0")])
+            .build()
+            .await
+            .context("creating a peer connection")?;
+        Ok(Self {
+            connection: Box::new(connection),
+            gathered,
+            early_candidates: tokio::sync::Mutex::new(Some(Vec::new())),
+        })
+    }
+
+    /// Answers `offer`; the answer carries the gathered candidates.
+    pub async fn answer(&self, offer: String) -> Result<String> {
+        self.connection
+            .set_remote_description(RTCSessionDescription::offer(offer)?)
+            .await
+            .context("the client's offer")?;
+        if let Some(early) = self.early_candidates.lock().await.take() {
+            for candidate in early {
+                self.connection.add_ice_candidate(candidate).await?;
+            }
+        }
+        let answer = self.connection.create_answer(None).await?;
+        self.connection.set_local_description(answer).await?;
+        let mut gathered = self.gathered.clone();
+        let _ = tokio::time::timeout(Duration::from_secs(2), gathered.wait_for(|done| *done)).await;
+        let local = self
+            .connection
+            .local_description()
+            .await
+            .context("no local description after the answer")?;
+        Ok(local.sdp)
+    }
+
+    /// A candidate the client trickled, as LiveKit's JSON.
+    pub async fn add_candidate(&self, json: &str) -> Result<()> {
+        let candidate: RTCIceCandidateInit =
+            serde_json::from_str(json).with_context(|| format!("a trickled candidate: {json}"))?;
+        if let Some(early) = self.early_candidates.lock().await.as_mut() {
+            early.push(candidate);
+            return Ok(());
+        }
+        self.connection.add_ice_candidate(candidate).await?;
+        Ok(())
+    }
+
+    pub async fn close(&self) {
+        let _ = self.connection.close().await;
+    }
+}

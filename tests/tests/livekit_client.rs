@@ -1,0 +1,106 @@
+//! LiveKit's official Node SDK (`@livekit/rtc-node`, with LiveKit's own WebRTC) against the
+//! project's LiveKit-protocol test server: the server is trusted only as far as the
+//! official client works with it.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use livekit_api::access_token::{AccessToken, VideoGrants};
+use serde_json::Value;
+use sublet_models::ModelCache;
+use sublet_tests::livekit_server::TestServer;
+
+const KEY: &str = "devkey";
+const SECRET: &str = "a-secret-long-enough-for-hs256-signing";
+
+fn token(secret: &str, identity: &str, room: &str, ttl: Duration) -> String {
+    AccessToken::with_api_key(KEY, secret)
+        .with_identity(identity)
+        .with_ttl(ttl)
+        .with_grants(VideoGrants {
+            room_join: true,
+            room: room.into(),
+            ..Default::default()
+        })
+        .to_jwt()
+        .unwrap()
+}
+
+/// Runs the caller script; returns its exit status and the JSON events it printed.
+fn caller(url: &str, token: &str) -> (bool, Vec<Value>) {
+    let cache = ModelCache::from_env();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("clients/livekit_caller.cjs");
+    let output = Command::new("node")
+        .arg(script)
+        .args([url, token])
+        .env("NODE_PATH", cache.node_modules().unwrap())
+        .output()
+        .expect("node runs");
+    let events = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .collect();
+    eprintln!("{}", String::from_utf8_lossy(&output.stderr));
+    (output.status.success(), events)
+}
+
+#[test]
+fn the_official_client_joins_a_room_and_leaves() {
+    let server = TestServer::start(KEY, SECRET).unwrap();
+    let (ok, events) = caller(
+        &server.url,
+        &token(SECRET, "caller", "call-1", Duration::from_secs(600)),
+    );
+    assert!(ok, "{events:?}");
+    let connected = events
+        .iter()
+        .find(|e| e["event"] == "connected")
+        .expect("connected");
+    assert_eq!(connected["identity"], "caller");
+    assert_eq!(connected["room"], "call-1");
+    assert!(connected["participant_sid"]
+        .as_str()
+        .unwrap()
+        .starts_with("PA_"));
+    assert!(connected["room_sid"].as_str().unwrap().starts_with("RM_"));
+    assert!(
+        events.iter().any(|e| e["event"] == "disconnected"),
+        "{events:?}"
+    );
+    // The server let the participant go.
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(server.participants("call-1").is_empty());
+}
+
+#[test]
+fn a_wrong_secret_or_an_expired_token_is_refused_with_a_clear_error() {
+    let server = TestServer::start(KEY, SECRET).unwrap();
+    let expired = token(SECRET, "caller", "call-2", Duration::from_secs(1));
+    std::thread::sleep(Duration::from_millis(2100));
+    for (what, token) in [
+        (
+            "wrong secret",
+            token(
+                "not-the-secret-at-all-but-long",
+                "caller",
+                "call-2",
+                Duration::from_secs(600),
+            ),
+        ),
+        ("expired", expired),
+    ] {
+        let (ok, events) = caller(&server.url, &token);
+        assert!(!ok, "{what}: {events:?}");
+        let error = events
+            .iter()
+            .find(|e| e["event"] == "error")
+            .expect("an error event");
+        let message = error["message"].as_str().unwrap().to_lowercase();
+        eprintln!("{what}: {message}");
+        assert!(
+            message.contains("401") || message.contains("token") || message.contains("auth"),
+            "{what}: {message}"
+        );
+    }
+}
