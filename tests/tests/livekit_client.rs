@@ -27,13 +27,15 @@ fn token(secret: &str, identity: &str, room: &str, ttl: Duration) -> String {
         .unwrap()
 }
 
-/// Runs the caller script; returns its exit status and the JSON events it printed.
-fn caller(url: &str, token: &str) -> (bool, Vec<Value>) {
+/// Runs the caller script with `args`; returns its exit status and the JSON events it
+/// printed.
+fn caller(url: &str, token: &str, args: &[&str]) -> (bool, Vec<Value>) {
     let cache = ModelCache::from_env();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("clients/livekit_caller.cjs");
     let output = Command::new("node")
         .arg(script)
         .args([url, token])
+        .args(args)
         .env("NODE_PATH", cache.node_modules().unwrap())
         .output()
         .expect("node runs");
@@ -51,6 +53,7 @@ fn the_official_client_joins_a_room_and_leaves() {
     let (ok, events) = caller(
         &server.url,
         &token(SECRET, "caller", "call-1", Duration::from_secs(600)),
+        &[],
     );
     assert!(ok, "{events:?}");
     let connected = events
@@ -90,7 +93,7 @@ fn a_wrong_secret_or_an_expired_token_is_refused_with_a_clear_error() {
         ),
         ("expired", expired),
     ] {
-        let (ok, events) = caller(&server.url, &token);
+        let (ok, events) = caller(&server.url, &token, &[]);
         assert!(!ok, "{what}: {events:?}");
         let error = events
             .iter()
@@ -103,4 +106,35 @@ fn a_wrong_secret_or_an_expired_token_is_refused_with_a_clear_error() {
             "{what}: {message}"
         );
     }
+}
+
+#[test]
+fn a_published_microphone_track_reaches_the_other_participant() {
+    let server = TestServer::start(KEY, SECRET).unwrap();
+    let url = server.url.clone();
+    let listener_token = token(SECRET, "bob", "call-3", Duration::from_secs(600));
+    let listener = std::thread::spawn(move || caller(&url, &listener_token, &["--listen", "7"]));
+    std::thread::sleep(Duration::from_millis(1500));
+    let speaker_token = token(SECRET, "alice", "call-3", Duration::from_secs(600));
+    let (ok, spoken) = caller(&server.url, &speaker_token, &["--publish-tone", "4"]);
+    assert!(ok, "{spoken:?}");
+    assert!(
+        spoken.iter().any(|e| e["event"] == "published"),
+        "{spoken:?}"
+    );
+    let (ok, heard) = listener.join().unwrap();
+    assert!(ok, "{heard:?}");
+    let subscribed = heard
+        .iter()
+        .find(|e| e["event"] == "subscribed")
+        .unwrap_or_else(|| panic!("bob was never sent alice's track: {heard:?}"));
+    assert_eq!(subscribed["identity"], "alice");
+    assert!(subscribed["track_sid"].as_str().unwrap().starts_with("TR_"));
+    let heard = heard
+        .iter()
+        .find(|e| e["event"] == "heard")
+        .expect("a report");
+    // 4 s of tone in 10 ms frames, and loud (a 0.3 full-scale sine has an RMS near 7,000).
+    assert!(heard["frames"].as_u64().unwrap() > 200, "{heard}");
+    assert!(heard["rms"].as_f64().unwrap() > 2000.0, "{heard}");
 }

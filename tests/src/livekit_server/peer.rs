@@ -1,8 +1,9 @@
-//! One server-side peer connection (webrtc-rs): answers a client's offers with every
-//! candidate already gathered (host candidates on the media address), and takes the
-//! client's trickled candidates.
+//! One server-side peer connection (webrtc-rs). Its offers and answers carry every
+//! candidate already gathered (host candidates on the media address), so the server never
+//! trickles; it takes the client's trickled candidates, early ones included.
 
 use std::net::{IpAddr, Ipv4Addr, UdpSocket};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,6 +11,7 @@ use anyhow::{Context, Result};
 use livekit_protocol as proto;
 use proto::signal_response::Message as Reply;
 use rtc::interceptor::Registry;
+use rtc::media_stream::MediaStreamTrack;
 use rtc::peer_connection::configuration::interceptor_registry::register_default_interceptors;
 use rtc::peer_connection::configuration::media_engine::{
     MediaEngine, MIME_TYPE_OPUS, MIME_TYPE_VP8,
@@ -17,8 +19,14 @@ use rtc::peer_connection::configuration::media_engine::{
 use rtc::peer_connection::configuration::RTCConfigurationBuilder;
 use rtc::peer_connection::sdp::RTCSessionDescription;
 use rtc::peer_connection::transport::RTCIceCandidateInit;
-use rtc::rtp_transceiver::rtp_sender::{RTCRtpCodec, RTCRtpCodecParameters, RtpCodecKind};
+use rtc::rtp_transceiver::rtp_sender::{
+    RTCRtpCodec, RTCRtpCodecParameters, RTCRtpCodingParameters, RTCRtpEncodingParameters,
+    RtpCodecKind,
+};
 use tokio::sync::{mpsc, watch};
+use webrtc::media_stream::track_local::static_rtp::TrackLocalStaticRTP;
+use webrtc::media_stream::track_local::TrackLocal;
+use webrtc::media_stream::track_remote::TrackRemote;
 use webrtc::peer_connection::{
     PeerConnection, PeerConnectionBuilder, PeerConnectionEventHandler, RTCIceGatheringState,
 };
@@ -35,12 +43,37 @@ pub fn media_ip() -> IpAddr {
 
 struct Handler {
     gathered: watch::Sender<bool>,
+    remote_tracks: Option<mpsc::UnboundedSender<Arc<dyn TrackRemote>>>,
 }
 
 #[async_trait::async_trait]
 impl PeerConnectionEventHandler for Handler {
     async fn on_ice_gathering_state_change(&self, state: RTCIceGatheringState) {
         let _ = self.gathered.send(state == RTCIceGatheringState::Complete);
+    }
+
+    async fn on_track(&self, track: Arc<dyn TrackRemote>) {
+        if let Some(tracks) = &self.remote_tracks {
+            let _ = tracks.send(track);
+        }
+    }
+}
+
+/// A track the server sends to one subscriber; forwarded packets take its SSRC.
+pub struct OutputTrack {
+    track: Arc<TrackLocalStaticRTP>,
+    ssrc: u32,
+}
+
+impl OutputTrack {
+    pub async fn write(&self, mut packet: rtc::rtp::Packet) -> Result<()> {
+        packet.header.ssrc = self.ssrc;
+        // The publisher's header extensions were negotiated on its own connection.
+        packet.header.extension = false;
+        packet.header.extensions.clear();
+        packet.header.extension_profile = 0;
+        self.track.write_rtp(packet).await?;
+        Ok(())
     }
 }
 
@@ -51,16 +84,20 @@ pub struct Peer {
     early_candidates: tokio::sync::Mutex<Option<Vec<RTCIceCandidateInit>>>,
 }
 
+fn opus() -> RTCRtpCodec {
+    RTCRtpCodec {
+        mime_type: MIME_TYPE_OPUS.to_owned(),
+        clock_rate: 48000,
+        channels: 2,
+        sdp_fmtp_line: "minptime=10;useinbandfec=1".to_owned(),
+        rtcp_feedback: vec![],
+    }
+}
+
 fn codecs() -> Result<MediaEngine> {
     let mut media = MediaEngine::default();
     let opus = RTCRtpCodecParameters {
-        rtp_codec: RTCRtpCodec {
-            mime_type: MIME_TYPE_OPUS.to_owned(),
-            clock_rate: 48000,
-            channels: 2,
-            sdp_fmtp_line: "minptime=10;useinbandfec=1".to_owned(),
-            rtcp_feedback: vec![],
-        },
+        rtp_codec: opus(),
         payload_type: 111,
     };
     let vp8 = RTCRtpCodecParameters {
@@ -79,10 +116,13 @@ fn codecs() -> Result<MediaEngine> {
 }
 
 impl Peer {
+    /// A peer connection gathering on `ip`; tracks the client sends on it go to
+    /// `remote_tracks`.
     pub async fn new(
         ip: IpAddr,
         _target: proto::SignalTarget,
         _signal: mpsc::UnboundedSender<Reply>,
+        remote_tracks: Option<mpsc::UnboundedSender<Arc<dyn TrackRemote>>>,
     ) -> Result<Self> {
         let mut media = codecs()?;
         let registry = register_default_interceptors(Registry::new(), &mut media)?;
@@ -93,6 +133,7 @@ impl Peer {
             .with_interceptor_registry(registry)
             .with_handler(Arc::new(Handler {
                 gathered: gathered_tx,
+                remote_tracks,
             }))
             .with_udp_addrs(vec![format!("{ip}:0")])
             .build()
@@ -107,24 +148,71 @@ impl Peer {
 
     /// Answers `offer`; the answer carries the gathered candidates.
     pub async fn answer(&self, offer: String) -> Result<String> {
-        self.connection
-            .set_remote_description(RTCSessionDescription::offer(offer)?)
+        self.set_remote(RTCSessionDescription::offer(offer)?)
+            .await?;
+        let answer = self.connection.create_answer(None).await?;
+        self.local_with_candidates(answer).await
+    }
+
+    /// An offer for what was added since the last one.
+    pub async fn offer(&self) -> Result<String> {
+        let offer = self.connection.create_offer(None).await?;
+        self.local_with_candidates(offer).await
+    }
+
+    pub async fn accept_answer(&self, answer: String) -> Result<()> {
+        self.set_remote(RTCSessionDescription::answer(answer)?)
             .await
-            .context("the client's offer")?;
+    }
+
+    /// Adds an Opus track this connection will send.
+    pub async fn add_audio_track(
+        &self,
+        stream_id: &str,
+        track_id: &str,
+    ) -> Result<Arc<OutputTrack>> {
+        static NEXT_SSRC: AtomicU32 = AtomicU32::new(0x5b1e_0001);
+        let ssrc = NEXT_SSRC.fetch_add(1, Ordering::Relaxed);
+        let track = Arc::new(TrackLocalStaticRTP::new(MediaStreamTrack::new(
+            stream_id.to_owned(),
+            track_id.to_owned(),
+            track_id.to_owned(),
+            RtpCodecKind::Audio,
+            vec![RTCRtpEncodingParameters {
+                rtp_coding_parameters: RTCRtpCodingParameters {
+                    ssrc: Some(ssrc),
+                    ..Default::default()
+                },
+                codec: opus(),
+                ..Default::default()
+            }],
+        )));
+        self.connection.add_track(track.clone()).await?;
+        Ok(Arc::new(OutputTrack { track, ssrc }))
+    }
+
+    async fn set_remote(&self, description: RTCSessionDescription) -> Result<()> {
+        self.connection
+            .set_remote_description(description)
+            .await
+            .context("the client's session description")?;
         if let Some(early) = self.early_candidates.lock().await.take() {
             for candidate in early {
                 self.connection.add_ice_candidate(candidate).await?;
             }
         }
-        let answer = self.connection.create_answer(None).await?;
-        self.connection.set_local_description(answer).await?;
+        Ok(())
+    }
+
+    async fn local_with_candidates(&self, description: RTCSessionDescription) -> Result<String> {
+        self.connection.set_local_description(description).await?;
         let mut gathered = self.gathered.clone();
         let _ = tokio::time::timeout(Duration::from_secs(2), gathered.wait_for(|done| *done)).await;
         let local = self
             .connection
             .local_description()
             .await
-            .context("no local description after the answer")?;
+            .context("no local description")?;
         Ok(local.sdp)
     }
 

@@ -1,0 +1,380 @@
+//! One participant, from join to leave: its signal connection, its two peer connections,
+//! the tracks it publishes (forwarded to everyone else in the room) and the tracks it is
+//! sent.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use axum::extract::ws::{Message, WebSocket};
+use livekit_api::access_token::Claims;
+use livekit_protocol as proto;
+use prost::Message as _;
+use proto::signal_request::Message as Request;
+use proto::signal_response::Message as Reply;
+use tokio::sync::{mpsc, oneshot};
+use webrtc::media_stream::track_remote::{TrackRemote, TrackRemoteEvent};
+
+use super::peer::{OutputTrack, Peer};
+use super::{now_ms, RoomState, ServerState};
+
+/// A published track and where its packets go.
+struct Published {
+    info: proto::TrackInfo,
+    outputs: Arc<Mutex<Vec<Arc<OutputTrack>>>>,
+}
+
+pub struct Participant {
+    info: Mutex<proto::ParticipantInfo>,
+    signal: mpsc::UnboundedSender<Reply>,
+    publisher: Peer,
+    subscriber: Peer,
+    /// Tracks announced by `AddTrack` and not yet arrived, by the client's id (`cid`).
+    pending: Mutex<Vec<(String, proto::TrackInfo)>>,
+    published: Mutex<Vec<Published>>,
+    /// One subscriber negotiation at a time; the client's answer to the one in flight.
+    negotiation: tokio::sync::Mutex<()>,
+    answer: Mutex<Option<oneshot::Sender<String>>>,
+}
+
+impl Participant {
+    pub fn info(&self) -> proto::ParticipantInfo {
+        lock(&self.info).clone()
+    }
+
+    fn send(&self, message: Reply) {
+        let _ = self.signal.send(message);
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn reply(message: Reply) -> Message {
+    Message::Binary(
+        proto::SignalResponse {
+            message: Some(message),
+        }
+        .encode_to_vec()
+        .into(),
+    )
+}
+
+fn others(state: &ServerState, room: &str, me: &str) -> Vec<Arc<Participant>> {
+    let rooms = lock(&state.rooms);
+    rooms.get(room).map_or_else(Vec::new, |r| {
+        r.participants
+            .values()
+            .filter(|p| p.info().sid != me)
+            .cloned()
+            .collect()
+    })
+}
+
+fn participant_info(state: &ServerState, claims: &Claims) -> proto::ParticipantInfo {
+    proto::ParticipantInfo {
+        sid: state.id("PA_"),
+        identity: claims.sub.clone(),
+        name: claims.name.clone(),
+        state: proto::participant_info::State::Active as i32,
+        joined_at: now_ms() / 1000,
+        joined_at_ms: now_ms(),
+        kind: if claims.kind == "agent" {
+            proto::participant_info::Kind::Agent as i32
+        } else {
+            proto::participant_info::Kind::Standard as i32
+        },
+        permission: Some(proto::ParticipantPermission {
+            can_subscribe: claims.video.can_subscribe.unwrap_or(true),
+            can_publish: claims.video.can_publish.unwrap_or(true),
+            can_publish_data: claims.video.can_publish_data.unwrap_or(true),
+            can_update_metadata: claims.video.can_update_own_metadata.unwrap_or(false),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Serves one signal connection, from join to leave.
+pub async fn serve(state: Arc<ServerState>, claims: Claims, mut socket: WebSocket) -> Result<()> {
+    let room_name = claims.video.room.clone();
+    let info = participant_info(&state, &claims);
+    let sid = info.sid.clone();
+    let (signal, mut outbox) = mpsc::unbounded_channel::<Reply>();
+    let (remote_tx, mut remote_tracks) = mpsc::unbounded_channel();
+    let me = Arc::new(Participant {
+        info: Mutex::new(info.clone()),
+        signal: signal.clone(),
+        publisher: Peer::new(
+            state.media_ip,
+            proto::SignalTarget::Publisher,
+            signal.clone(),
+            Some(remote_tx),
+        )
+        .await?,
+        subscriber: Peer::new(
+            state.media_ip,
+            proto::SignalTarget::Subscriber,
+            signal,
+            None,
+        )
+        .await?,
+        pending: Mutex::new(Vec::new()),
+        published: Mutex::new(Vec::new()),
+        negotiation: tokio::sync::Mutex::new(()),
+        answer: Mutex::new(None),
+    });
+    let (room_sid, others_now) = {
+        let mut rooms = lock(&state.rooms);
+        let room = rooms.entry(room_name.clone()).or_insert_with(|| RoomState {
+            sid: state.id("RM_"),
+            participants: Default::default(),
+        });
+        let others: Vec<_> = room.participants.values().cloned().collect();
+        room.participants.insert(sid.clone(), me.clone());
+        (room.sid.clone(), others)
+    };
+    for other in &others_now {
+        other.send(Reply::Update(proto::ParticipantUpdate {
+            participants: vec![info.clone()],
+        }));
+    }
+    let join = proto::JoinResponse {
+        room: Some(proto::Room {
+            sid: room_sid,
+            name: room_name.clone(),
+            num_participants: others_now.len() as u32 + 1,
+            creation_time: now_ms() / 1000,
+            creation_time_ms: now_ms(),
+            ..Default::default()
+        }),
+        participant: Some(info.clone()),
+        other_participants: others_now.iter().map(|p| p.info()).collect(),
+        server_version: "sublet-test-1".into(),
+        subscriber_primary: false,
+        ping_interval: 5,
+        ping_timeout: 15,
+        ..Default::default()
+    };
+    socket.send(reply(Reply::Join(join))).await?;
+    // Everything already published in the room is sent to the newcomer.
+    for other in &others_now {
+        let publisher = other.info();
+        for published in lock(&other.published).iter() {
+            subscribe(
+                me.clone(),
+                publisher.clone(),
+                published.info.clone(),
+                published.outputs.clone(),
+            );
+        }
+    }
+
+    let result = loop {
+        tokio::select! {
+            outgoing = outbox.recv() => match outgoing {
+                Some(message) => socket.send(reply(message)).await?,
+                None => break Ok(()),
+            },
+            track = remote_tracks.recv() => {
+                if let Some(track) = track {
+                    publish(&state, &room_name, &me, track).await;
+                }
+            }
+            incoming = socket.recv() => {
+                let data = match incoming {
+                    Some(Ok(Message::Binary(data))) => data,
+                    Some(Ok(Message::Close(_))) | None => break Ok(()),
+                    Some(Ok(_)) => continue,
+                    Some(Err(e)) => break Err(e).context("signal connection"),
+                };
+                let request = proto::SignalRequest::decode(data.as_ref())
+                    .context("a signal request that is not LiveKit protobuf")?;
+                if !handle(&state, &me, request.message, &mut socket).await? {
+                    break Ok(());
+                }
+            }
+        }
+    };
+    me.publisher.close().await;
+    me.subscriber.close().await;
+    let mut rooms = lock(&state.rooms);
+    if let Some(room) = rooms.get_mut(&room_name) {
+        room.participants.remove(&sid);
+        let gone = proto::ParticipantInfo {
+            state: proto::participant_info::State::Disconnected as i32,
+            ..me.info()
+        };
+        for other in room.participants.values() {
+            other.send(Reply::Update(proto::ParticipantUpdate {
+                participants: vec![gone.clone()],
+            }));
+        }
+        if room.participants.is_empty() {
+            rooms.remove(&room_name);
+        }
+    }
+    result
+}
+
+/// Handles one signal request; `false` when the participant leaves.
+async fn handle(
+    state: &ServerState,
+    me: &Participant,
+    request: Option<Request>,
+    socket: &mut WebSocket,
+) -> Result<bool> {
+    match request {
+        Some(Request::Offer(offer)) => {
+            let answer = me.publisher.answer(offer.sdp).await?;
+            socket
+                .send(reply(Reply::Answer(proto::SessionDescription {
+                    r#type: "answer".into(),
+                    sdp: answer,
+                    ..Default::default()
+                })))
+                .await?;
+        }
+        Some(Request::Answer(answer)) => {
+            if let Some(waiting) = lock(&me.answer).take() {
+                let _ = waiting.send(answer.sdp);
+            }
+        }
+        Some(Request::Trickle(trickle)) => {
+            let peer = if trickle.target == proto::SignalTarget::Subscriber as i32 {
+                &me.subscriber
+            } else {
+                &me.publisher
+            };
+            if let Err(e) = peer.add_candidate(&trickle.candidate_init).await {
+                eprintln!("livekit test server: {e:#}");
+            }
+        }
+        Some(Request::AddTrack(add)) => {
+            let track = proto::TrackInfo {
+                sid: state.id("TR_"),
+                r#type: add.r#type,
+                name: add.name.clone(),
+                source: add.source,
+                muted: add.muted,
+                disable_red: add.disable_red,
+                stream: add.stream.clone(),
+                mime_type: "audio/opus".into(),
+                ..Default::default()
+            };
+            lock(&me.pending).push((add.cid.clone(), track.clone()));
+            socket
+                .send(reply(Reply::TrackPublished(
+                    proto::TrackPublishedResponse {
+                        cid: add.cid,
+                        track: Some(track),
+                    },
+                )))
+                .await?;
+        }
+        Some(Request::PingReq(ping)) => {
+            socket
+                .send(reply(Reply::PongResp(proto::Pong {
+                    last_ping_timestamp: ping.timestamp,
+                    timestamp: now_ms(),
+                })))
+                .await?;
+        }
+        Some(Request::Ping(_)) => socket.send(reply(Reply::Pong(now_ms()))).await?,
+        Some(Request::Leave(_)) => return Ok(false),
+        _ => {}
+    }
+    Ok(true)
+}
+
+/// A track arrived on the participant's publisher connection: it is published, forwarded
+/// to everyone else in the room.
+async fn publish(
+    state: &ServerState,
+    room: &str,
+    me: &Arc<Participant>,
+    track: Arc<dyn TrackRemote>,
+) {
+    let cid = track.track_id().await;
+    let info = {
+        let mut pending = lock(&me.pending);
+        let at = pending
+            .iter()
+            .position(|(c, _)| *c == cid)
+            .or(if pending.is_empty() { None } else { Some(0) });
+        match at {
+            Some(i) => pending.remove(i).1,
+            None => return,
+        }
+    };
+    let outputs = Arc::new(Mutex::new(Vec::new()));
+    lock(&me.info).tracks.push(info.clone());
+    lock(&me.published).push(Published {
+        info: info.clone(),
+        outputs: outputs.clone(),
+    });
+    let publisher = me.info();
+    for other in others(state, room, &publisher.sid) {
+        other.send(Reply::Update(proto::ParticipantUpdate {
+            participants: vec![publisher.clone()],
+        }));
+        subscribe(other, publisher.clone(), info.clone(), outputs.clone());
+    }
+    tokio::spawn(forward(track, outputs));
+}
+
+/// Copies a published track's packets to every subscriber's output track.
+async fn forward(track: Arc<dyn TrackRemote>, outputs: Arc<Mutex<Vec<Arc<OutputTrack>>>>) {
+    while let Some(event) = track.poll().await {
+        if let TrackRemoteEvent::OnRtpPacket(packet) = event {
+            let targets: Vec<_> = lock(&outputs).clone();
+            for target in targets {
+                // A subscriber whose connection is not up yet misses the packet.
+                let _ = target.write(packet.clone()).await;
+            }
+        }
+    }
+}
+
+/// Sends `track` of `publisher` to `subscriber`: the participant update that names it, then
+/// a subscriber offer carrying it (stream id `PA_…|TR_…`, as LiveKit's clients expect).
+fn subscribe(
+    subscriber: Arc<Participant>,
+    publisher: proto::ParticipantInfo,
+    track: proto::TrackInfo,
+    outputs: Arc<Mutex<Vec<Arc<OutputTrack>>>>,
+) {
+    tokio::spawn(async move {
+        let _one_at_a_time = subscriber.negotiation.lock().await;
+        subscriber.send(Reply::Update(proto::ParticipantUpdate {
+            participants: vec![publisher.clone()],
+        }));
+        let result = async {
+            let output = subscriber
+                .subscriber
+                .add_audio_track(&format!("{}|{}", publisher.sid, track.sid), &track.sid)
+                .await?;
+            lock(&outputs).push(output);
+            let offer = subscriber.subscriber.offer().await?;
+            let (answer_tx, answer_rx) = oneshot::channel();
+            *lock(&subscriber.answer) = Some(answer_tx);
+            subscriber.send(Reply::Offer(proto::SessionDescription {
+                r#type: "offer".into(),
+                sdp: offer,
+                ..Default::default()
+            }));
+            let answer = tokio::time::timeout(Duration::from_secs(10), answer_rx)
+                .await
+                .context("no answer to the subscriber offer in 10 s")??;
+            subscriber.subscriber.accept_answer(answer).await
+        }
+        .await;
+        if let Err(e) = result {
+            eprintln!(
+                "livekit test server: subscribing {}: {e:#}",
+                publisher.identity
+            );
+        }
+    });
+}
