@@ -7,9 +7,11 @@
 //! - [`sentence`]: the streaming sentence splitter (pure);
 //! - [`record`]: each turn's stage times and the table of them;
 //! - [`responder`]: one finished turn answered, stage by stage;
-//! - [`call`]: a recorded call driven through detector and responder.
+//! - [`call`]: a recorded call driven through detector and responder;
+//! - [`livekit`]: the agent in a LiveKit room.
 
 pub mod call;
+pub mod livekit;
 pub mod record;
 pub mod responder;
 pub mod sentence;

@@ -196,7 +196,11 @@ mod tests {
             pieces.extend(stream.push(piece));
         }
         // All but the tail still inside the filter comes out, aligned with the input.
-        assert!(pieces.len() > 15_500 && pieces.len() <= 16_000, "{}", pieces.len());
+        assert!(
+            pieces.len() > 15_500 && pieces.len() <= 16_000,
+            "{}",
+            pieces.len()
+        );
         let err: f32 = pieces[1000..15_000]
             .iter()
             .zip(&reference[1000..15_000])

@@ -1,11 +1,15 @@
 // A caller on LiveKit's official Node SDK (@livekit/rtc-node, LiveKit's own WebRTC).
-// Usage: node livekit_caller.cjs URL TOKEN [--publish-tone SECONDS] [--listen SECONDS]
-// Joins the room, optionally publishes a 440 Hz tone as its microphone and listens to
-// the audio tracks it is sent, reports what it sees as JSON lines on stdout, then leaves.
+// Usage: node livekit_caller.cjs URL TOKEN [--publish-tone SECONDS] [--publish-wav PATH]
+//                                          [--listen SECONDS]
+// Joins the room, optionally publishes a 440 Hz tone or a 16-bit mono WAV file (in real
+// time) as its microphone and listens to the audio tracks it is sent, reports what it
+// sees as JSON lines on stdout, then leaves.
 const {
   AudioFrame, AudioSource, AudioStream, LocalAudioTrack, Room, RoomEvent,
   TrackPublishOptions, TrackSource, dispose,
 } = require('@livekit/rtc-node');
+
+const fs = require('fs');
 
 const RATE = 48000;
 
@@ -13,25 +17,72 @@ function report(event, fields = {}) {
   process.stdout.write(JSON.stringify({ event, ...fields }) + '\n');
 }
 
+function text(name) {
+  const at = process.argv.indexOf(name);
+  return at < 0 ? null : process.argv[at + 1];
+}
+
 function option(name) {
   const at = process.argv.indexOf(name);
   return at < 0 ? 0 : Number(process.argv[at + 1]);
 }
 
-async function publishTone(room, seconds) {
-  const source = new AudioSource(RATE, 1);
+async function publishMicrophone(room, rate) {
+  const source = new AudioSource(rate, 1);
   const track = LocalAudioTrack.createAudioTrack('microphone', source);
   const publication = await room.localParticipant.publishTrack(
     track, new TrackPublishOptions({ source: TrackSource.SOURCE_MICROPHONE }));
   report('published', { track_sid: publication.sid });
-  const perFrame = RATE / 100;
-  for (let i = 0; i < seconds * 100; i++) {
-    const samples = new Int16Array(perFrame);
-    for (let n = 0; n < perFrame; n++) {
-      samples[n] = Math.round(0.3 * 32767 * Math.sin(2 * Math.PI * 440 * (i * perFrame + n) / RATE));
-    }
-    await source.captureFrame(new AudioFrame(samples, RATE, 1, perFrame));
+  return source;
+}
+
+// Sends `samples` (Int16Array at `rate`) in 10 ms frames, paced by the source.
+async function speak(source, samples, rate) {
+  const perFrame = rate / 100;
+  for (let at = 0; at + perFrame <= samples.length; at += perFrame) {
+    await source.captureFrame(new AudioFrame(samples.slice(at, at + perFrame), rate, 1, perFrame));
   }
+}
+
+async function publishTone(room, seconds) {
+  const source = await publishMicrophone(room, RATE);
+  const samples = new Int16Array(RATE * seconds);
+  for (let n = 0; n < samples.length; n++) {
+    samples[n] = Math.round(0.3 * 32767 * Math.sin(2 * Math.PI * 440 * n / RATE));
+  }
+  await speak(source, samples, RATE);
+}
+
+// A PCM WAV file's 16-bit mono samples and rate.
+function readWav(path) {
+  const bytes = fs.readFileSync(path);
+  let at = 12, rate = 0, channels = 0, bits = 0;
+  while (at + 8 <= bytes.length) {
+    const id = bytes.toString('ascii', at, at + 4);
+    const size = bytes.readUInt32LE(at + 4);
+    if (id === 'fmt ') {
+      channels = bytes.readUInt16LE(at + 10);
+      rate = bytes.readUInt32LE(at + 12);
+      bits = bytes.readUInt16LE(at + 22);
+    } else if (id === 'data') {
+      if (channels !== 1 || bits !== 16) throw new Error(`${path}: need 16-bit mono PCM`);
+      const data = bytes.subarray(at + 8, at + 8 + size);
+      const samples = new Int16Array(data.length / 2);
+      for (let i = 0; i < samples.length; i++) samples[i] = data.readInt16LE(i * 2);
+      return { samples, rate };
+    }
+    at += 8 + size + (size % 2);
+  }
+  throw new Error(`${path}: no data chunk`);
+}
+
+async function publishWav(room, path) {
+  const { samples, rate } = readWav(path);
+  const source = await publishMicrophone(room, rate);
+  await speak(source, samples, rate);
+  // A second of silence so the end of speech is heard as such.
+  await speak(source, new Int16Array(rate), rate);
+  report('spoke', { seconds: samples.length / rate });
 }
 
 function listen(room) {
@@ -66,8 +117,10 @@ async function main() {
   });
   const listenFor = option('--listen');
   const tone = option('--publish-tone');
+  const wav = text('--publish-wav');
   const waits = [];
   if (tone > 0) waits.push(publishTone(room, tone));
+  if (wav) waits.push(publishWav(room, wav));
   if (listenFor > 0) waits.push(new Promise((resolve) => setTimeout(resolve, listenFor * 1000)));
   await Promise.all(waits);
   if (listenFor > 0) {

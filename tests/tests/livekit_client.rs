@@ -2,49 +2,21 @@
 //! project's LiveKit-protocol test server: the server is trusted only as far as the
 //! official client works with it.
 
-use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
-use livekit_api::access_token::{AccessToken, VideoGrants};
 use serde_json::Value;
-use sublet_models::ModelCache;
 use sublet_tests::livekit_server::TestServer;
+use sublet_tests::official_clients::{livekit_caller, room_token};
 
 const KEY: &str = "devkey";
 const SECRET: &str = "a-secret-long-enough-for-hs256-signing";
 
 fn token(secret: &str, identity: &str, room: &str, ttl: Duration) -> String {
-    AccessToken::with_api_key(KEY, secret)
-        .with_identity(identity)
-        .with_ttl(ttl)
-        .with_grants(VideoGrants {
-            room_join: true,
-            room: room.into(),
-            ..Default::default()
-        })
-        .to_jwt()
-        .unwrap()
+    room_token(KEY, secret, identity, room, ttl)
 }
 
-/// Runs the caller script with `args`; returns its exit status and the JSON events it
-/// printed.
 fn caller(url: &str, token: &str, args: &[&str]) -> (bool, Vec<Value>) {
-    let cache = ModelCache::from_env();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("clients/livekit_caller.cjs");
-    let output = Command::new("node")
-        .arg(script)
-        .args([url, token])
-        .args(args)
-        .env("NODE_PATH", cache.node_modules().unwrap())
-        .output()
-        .expect("node runs");
-    let events = String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .filter_map(|line| serde_json::from_str(line).ok())
-        .collect();
-    eprintln!("{}", String::from_utf8_lossy(&output.stderr));
-    (output.status.success(), events)
+    livekit_caller(url, token, args)
 }
 
 #[test]

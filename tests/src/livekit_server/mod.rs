@@ -9,7 +9,6 @@
 //! (webrtc-rs, `peer.rs`), and every published audio track forwarded to everyone else.
 
 mod participant;
-mod peer;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -43,7 +42,7 @@ impl TestServer {
             .build()?;
         let state = Arc::new(ServerState {
             verifier: TokenVerifier::with_api_key(api_key, api_secret),
-            media_ip: peer::media_ip(),
+            media_ip: sublet_agent::livekit::peer::media_ip(),
             rooms: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
         });

@@ -15,8 +15,8 @@ use proto::signal_response::Message as Reply;
 use tokio::sync::{mpsc, oneshot};
 use webrtc::media_stream::track_remote::{TrackRemote, TrackRemoteEvent};
 
-use super::peer::{OutputTrack, Peer};
 use super::{now_ms, RoomState, ServerState};
+use sublet_agent::livekit::peer::{OutputTrack, Peer};
 
 /// A published track and where its packets go.
 struct Published {
@@ -105,21 +105,9 @@ pub async fn serve(state: Arc<ServerState>, claims: Claims, mut socket: WebSocke
     let (remote_tx, mut remote_tracks) = mpsc::unbounded_channel();
     let me = Arc::new(Participant {
         info: Mutex::new(info.clone()),
-        signal: signal.clone(),
-        publisher: Peer::new(
-            state.media_ip,
-            proto::SignalTarget::Publisher,
-            signal.clone(),
-            Some(remote_tx),
-        )
-        .await?,
-        subscriber: Peer::new(
-            state.media_ip,
-            proto::SignalTarget::Subscriber,
-            signal,
-            None,
-        )
-        .await?,
+        signal,
+        publisher: Peer::new(state.media_ip, Some(remote_tx)).await?,
+        subscriber: Peer::new(state.media_ip, None).await?,
         pending: Mutex::new(Vec::new()),
         published: Mutex::new(Vec::new()),
         negotiation: tokio::sync::Mutex::new(()),

@@ -1,6 +1,7 @@
-//! One server-side peer connection (webrtc-rs). Its offers and answers carry every
-//! candidate already gathered (host candidates on the media address), so the server never
-//! trickles; it takes the client's trickled candidates, early ones included.
+//! One WebRTC peer connection (webrtc-rs), as both sides of LiveKit's protocol use it: the
+//! agent's subscriber connection and the test server's. Its offers and answers carry every
+//! candidate already gathered (host candidates on the media address), so it never
+//! trickles its own; it takes the other side's trickled candidates, early ones included.
 
 use std::net::{IpAddr, Ipv4Addr, UdpSocket};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -8,8 +9,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use livekit_protocol as proto;
-use proto::signal_response::Message as Reply;
 use rtc::interceptor::Registry;
 use rtc::media_stream::MediaStreamTrack;
 use rtc::peer_connection::configuration::interceptor_registry::register_default_interceptors;
@@ -116,12 +115,10 @@ fn codecs() -> Result<MediaEngine> {
 }
 
 impl Peer {
-    /// A peer connection gathering on `ip`; tracks the client sends on it go to
+    /// A peer connection gathering on `ip`; tracks the other side sends on it go to
     /// `remote_tracks`.
     pub async fn new(
         ip: IpAddr,
-        _target: proto::SignalTarget,
-        _signal: mpsc::UnboundedSender<Reply>,
         remote_tracks: Option<mpsc::UnboundedSender<Arc<dyn TrackRemote>>>,
     ) -> Result<Self> {
         let mut media = codecs()?;
@@ -195,7 +192,7 @@ impl Peer {
         self.connection
             .set_remote_description(description)
             .await
-            .context("the client's session description")?;
+            .context("the other side's session description")?;
         if let Some(early) = self.early_candidates.lock().await.take() {
             for candidate in early {
                 self.connection.add_ice_candidate(candidate).await?;
@@ -216,7 +213,7 @@ impl Peer {
         Ok(local.sdp)
     }
 
-    /// A candidate the client trickled, as LiveKit's JSON.
+    /// A candidate the other side trickled, as LiveKit's JSON.
     pub async fn add_candidate(&self, json: &str) -> Result<()> {
         let candidate: RTCIceCandidateInit =
             serde_json::from_str(json).with_context(|| format!("a trickled candidate: {json}"))?;

@@ -1,0 +1,235 @@
+//! The agent in a LiveKit room: the signal connection (`livekit-signaling`), the
+//! subscriber peer connection the server offers, and each participant's microphone decoded
+//! from Opus and resampled to the pipeline's 16 kHz.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use anyhow::{anyhow, Context, Result};
+use livekit_protocol as proto;
+use livekit_signaling::{SignalClient, SignalEvent, SignalOptions};
+use proto::signal_request::Message as Request;
+use proto::signal_response::Message as Reply;
+use sublet_audio::StreamResampler;
+use tokio::sync::mpsc;
+use webrtc::media_stream::track_remote::{TrackRemote, TrackRemoteEvent};
+
+use super::peer::{media_ip, Peer};
+
+/// The pipeline's sample rate.
+const PIPELINE_RATE: u32 = 16_000;
+/// WebRTC's Opus clock.
+const OPUS_RATE: u32 = 48_000;
+
+/// What happens in the room, as the agent sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RoomEvent {
+    ParticipantJoined {
+        identity: String,
+    },
+    ParticipantLeft {
+        identity: String,
+    },
+    /// The next piece of a participant's microphone, 16 kHz mono.
+    Audio {
+        identity: String,
+        samples: Vec<f32>,
+    },
+    /// The room connection ended, and why.
+    Disconnected {
+        reason: String,
+    },
+}
+
+/// The agent's connection to one room.
+pub struct RoomConnection {
+    signal: Arc<SignalClient>,
+    subscriber: Arc<Peer>,
+    pub participant_sid: String,
+    pub room_name: String,
+}
+
+type Names = Arc<Mutex<HashMap<String, String>>>;
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl RoomConnection {
+    /// Joins the room `token` grants on the LiveKit server at `url`.
+    pub async fn join(
+        url: &str,
+        token: &str,
+    ) -> Result<(Self, mpsc::UnboundedReceiver<RoomEvent>)> {
+        let mut options = SignalOptions::default();
+        options.region_failover = false;
+        options.client_capabilities = Vec::new();
+        options.client_protocol = 1;
+        let (signal, join, events) = SignalClient::connect(url, token, options, None)
+            .await
+            .map_err(|e| anyhow!("could not join the LiveKit room at {url}: {e}"))?;
+        let participant = join
+            .participant
+            .context("the join response names no participant")?;
+        let room_name = join.room.map(|r| r.name).unwrap_or_default();
+        let names: Names = Arc::new(Mutex::new(
+            join.other_participants
+                .into_iter()
+                .map(|p| (p.sid, p.identity))
+                .collect(),
+        ));
+        let (tracks_tx, tracks) = mpsc::unbounded_channel();
+        let subscriber = Arc::new(Peer::new(media_ip(), Some(tracks_tx)).await?);
+        let signal = Arc::new(signal);
+        let (room_events, room_rx) = mpsc::unbounded_channel();
+        tokio::spawn(run(
+            signal.clone(),
+            subscriber.clone(),
+            events,
+            tracks,
+            names,
+            room_events,
+        ));
+        Ok((
+            Self {
+                signal,
+                subscriber,
+                participant_sid: participant.sid,
+                room_name,
+            },
+            room_rx,
+        ))
+    }
+
+    /// Leaves the room.
+    pub async fn leave(&self) {
+        self.signal
+            .send(Request::Leave(proto::LeaveRequest {
+                can_reconnect: false,
+                reason: proto::DisconnectReason::ClientInitiated as i32,
+                ..Default::default()
+            }))
+            .await;
+        self.signal.close().await;
+        self.subscriber.close().await;
+    }
+}
+
+/// The signal loop: the server's offers for the subscriber connection, its candidates, who
+/// joins and leaves, and each track that arrives.
+async fn run(
+    signal: Arc<SignalClient>,
+    subscriber: Arc<Peer>,
+    mut events: livekit_signaling::SignalEvents,
+    mut tracks: mpsc::UnboundedReceiver<Arc<dyn TrackRemote>>,
+    names: Names,
+    room_events: mpsc::UnboundedSender<RoomEvent>,
+) {
+    let reason = loop {
+        tokio::select! {
+            event = events.recv() => match event {
+                Some(SignalEvent::Message(message)) => {
+                    if let Err(e) = handle(&signal, &subscriber, *message, &names, &room_events).await {
+                        break format!("{e:#}");
+                    }
+                }
+                Some(SignalEvent::Close(reason)) => break format!("the signal connection closed: {reason}"),
+                None => break "the signal connection ended".into(),
+            },
+            track = tracks.recv() => {
+                if let Some(track) = track {
+                    let stream = track.stream_id().await;
+                    let sid = stream.split('|').next().unwrap_or_default().to_owned();
+                    let identity = lock(&names).get(&sid).cloned().unwrap_or(sid);
+                    tokio::spawn(decode(track, identity, room_events.clone()));
+                }
+            }
+        }
+    };
+    let _ = room_events.send(RoomEvent::Disconnected { reason });
+}
+
+async fn handle(
+    signal: &SignalClient,
+    subscriber: &Peer,
+    message: Reply,
+    names: &Names,
+    room_events: &mpsc::UnboundedSender<RoomEvent>,
+) -> Result<()> {
+    match message {
+        Reply::Offer(offer) => {
+            let answer = subscriber.answer(offer.sdp).await?;
+            signal
+                .send(Request::Answer(proto::SessionDescription {
+                    r#type: "answer".into(),
+                    sdp: answer,
+                    ..Default::default()
+                }))
+                .await;
+        }
+        Reply::Trickle(trickle) if trickle.target == proto::SignalTarget::Subscriber as i32 => {
+            subscriber.add_candidate(&trickle.candidate_init).await?;
+        }
+        Reply::Update(update) => {
+            for p in update.participants {
+                let gone = p.state == proto::participant_info::State::Disconnected as i32;
+                let known = lock(names).contains_key(&p.sid);
+                if gone {
+                    lock(names).remove(&p.sid);
+                    let _ = room_events.send(RoomEvent::ParticipantLeft {
+                        identity: p.identity,
+                    });
+                } else if !known {
+                    lock(names).insert(p.sid, p.identity.clone());
+                    let _ = room_events.send(RoomEvent::ParticipantJoined {
+                        identity: p.identity,
+                    });
+                }
+            }
+        }
+        Reply::Leave(leave) => {
+            return Err(anyhow!(
+                "the server asked the agent to leave (reason {})",
+                leave.reason
+            ));
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Decodes one remote audio track to 16 kHz pieces until it ends.
+async fn decode(
+    track: Arc<dyn TrackRemote>,
+    identity: String,
+    room_events: mpsc::UnboundedSender<RoomEvent>,
+) {
+    let Ok(mut decoder) = opus::Decoder::new(OPUS_RATE, opus::Channels::Mono) else {
+        return;
+    };
+    let mut resampler = StreamResampler::new(OPUS_RATE, PIPELINE_RATE);
+    // The longest Opus packet: 120 ms at 48 kHz.
+    let mut pcm = vec![0f32; 5760];
+    while let Some(event) = track.poll().await {
+        let TrackRemoteEvent::OnRtpPacket(packet) = event else {
+            continue;
+        };
+        if packet.payload.is_empty() {
+            continue;
+        }
+        let Ok(n) = decoder.decode_float(&packet.payload, &mut pcm, false) else {
+            continue;
+        };
+        let samples = resampler.push(&pcm[..n]);
+        if !samples.is_empty()
+            && room_events
+                .send(RoomEvent::Audio {
+                    identity: identity.clone(),
+                    samples,
+                })
+                .is_err()
+        {
+            return;
+        }
+    }
+}

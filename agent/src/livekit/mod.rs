@@ -1,0 +1,15 @@
+//! The agent's LiveKit side, spoken on crates that build from the registries
+//! (`livekit-signaling`, `livekit-protocol`, `livekit-api`, webrtc-rs and libopus): the
+//! official `livekit` crate needs a prebuilt libwebrtc it would download at build time.
+//!
+//! - `token.rs`: the server's URL and API key from LiveKit's environment variables, and the
+//!   agent's own access tokens;
+//! - `connection.rs`: joining a room and hearing each participant's microphone at 16 kHz;
+//! - `peer.rs`: one WebRTC peer connection, as both the agent and the test server use it.
+
+mod connection;
+pub mod peer;
+mod token;
+
+pub use connection::{RoomConnection, RoomEvent};
+pub use token::LiveKitCredentials;

@@ -1,0 +1,48 @@
+//! LiveKit's official Node client, run as a caller by the tests (`clients/livekit_caller.cjs`).
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use livekit_api::access_token::{AccessToken, VideoGrants};
+use serde_json::Value;
+use sublet_models::ModelCache;
+
+/// An access token for `identity` to join `room`, valid for `ttl`.
+pub fn room_token(key: &str, secret: &str, identity: &str, room: &str, ttl: Duration) -> String {
+    AccessToken::with_api_key(key, secret)
+        .with_identity(identity)
+        .with_ttl(ttl)
+        .with_grants(VideoGrants {
+            room_join: true,
+            room: room.into(),
+            ..Default::default()
+        })
+        .to_jwt()
+        .expect("a token")
+}
+
+/// Runs the caller script with `args`; returns its exit status and the JSON events it
+/// printed (its log goes to this process's stderr).
+pub fn livekit_caller(url: &str, token: &str, args: &[&str]) -> (bool, Vec<Value>) {
+    let cache = ModelCache::from_env();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("clients/livekit_caller.cjs");
+    let output = Command::new("node")
+        .arg(script)
+        .args([url, token])
+        .args(args)
+        .env(
+            "NODE_PATH",
+            cache
+                .node_modules()
+                .expect("setup installed the node clients"),
+        )
+        .output()
+        .expect("node runs");
+    eprintln!("{}", String::from_utf8_lossy(&output.stderr));
+    let events = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .collect();
+    (output.status.success(), events)
+}

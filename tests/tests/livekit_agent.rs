@@ -1,0 +1,72 @@
+//! The agent in a LiveKit room on the test server, with LiveKit's official Node client as
+//! the caller.
+
+use std::time::{Duration, Instant};
+
+use sublet_agent::livekit::{LiveKitCredentials, RoomConnection, RoomEvent};
+use sublet_models::ModelCache;
+use sublet_stt::{word_error_rate, Transcriber};
+use sublet_tests::livekit_server::TestServer;
+use sublet_tests::official_clients::{livekit_caller, room_token};
+
+const KEY: &str = "devkey";
+const SECRET: &str = "a-secret-long-enough-for-hs256-signing";
+const JFK: &str = "And so my fellow Americans, ask not what your country can do for you, ask what you can do for your country.";
+
+#[test]
+fn the_agent_hears_the_caller_through_webrtc_and_opus() {
+    let cache = ModelCache::from_env();
+    let server = TestServer::start(KEY, SECRET).unwrap();
+    let credentials = LiveKitCredentials {
+        url: server.url.clone(),
+        api_key: KEY.into(),
+        api_secret: SECRET.into(),
+    };
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let token = credentials.agent_token("call-5", "sublet-agent").unwrap();
+    let (room, mut events) = runtime
+        .block_on(RoomConnection::join(&credentials.url, &token))
+        .unwrap();
+    assert_eq!(room.room_name, "call-5");
+
+    let url = server.url.clone();
+    let wav = cache.jfk_wav().unwrap();
+    let caller = std::thread::spawn(move || {
+        let token = room_token(KEY, SECRET, "caller", "call-5", Duration::from_secs(600));
+        livekit_caller(&url, &token, &["--publish-wav", wav.to_str().unwrap()])
+    });
+    let mut heard = Vec::new();
+    let mut joined = false;
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(40) {
+        let event = runtime.block_on(async {
+            tokio::time::timeout(Duration::from_millis(500), events.recv()).await
+        });
+        match event {
+            Ok(Some(RoomEvent::Audio { identity, samples })) => {
+                assert_eq!(identity, "caller");
+                heard.extend(samples);
+            }
+            Ok(Some(RoomEvent::ParticipantJoined { identity })) => joined |= identity == "caller",
+            Ok(Some(RoomEvent::ParticipantLeft { identity })) if identity == "caller" => break,
+            Ok(Some(other)) => eprintln!("{other:?}"),
+            Ok(None) => break,
+            Err(_) => {}
+        }
+    }
+    let (ok, caller_events) = caller.join().unwrap();
+    assert!(ok, "{caller_events:?}");
+    assert!(joined, "the agent never saw the caller join");
+    runtime.block_on(room.leave());
+
+    let seconds = heard.len() as f64 / 16_000.0;
+    assert!(
+        seconds > 10.0,
+        "the agent heard {seconds:.1} s of the 11 s question"
+    );
+    let mut stt = Transcriber::load(&cache).unwrap();
+    let text = stt.transcribe(&heard).unwrap();
+    let wer = word_error_rate(JFK, &text);
+    eprintln!("the agent heard {seconds:.1} s: {text:?} (WER {wer:.3})");
+    assert!(wer < 0.15, "{text:?}");
+}
