@@ -1,9 +1,10 @@
 // A caller on LiveKit's official Node SDK (@livekit/rtc-node, LiveKit's own WebRTC).
 // Usage: node livekit_caller.cjs URL TOKEN [--publish-tone SECONDS] [--publish-wav PATH]
-//                                          [--listen SECONDS]
+//                                          [--listen SECONDS] [--record PATH]
 // Joins the room, optionally publishes a 440 Hz tone or a 16-bit mono WAV file (in real
-// time) as its microphone and listens to the audio tracks it is sent, reports what it
-// sees as JSON lines on stdout, then leaves.
+// time) as its microphone and listens to the audio tracks it is sent (recording the
+// first to a 48 kHz WAV file with --record), reports what it sees as JSON lines on
+// stdout, then leaves.
 const {
   AudioFrame, AudioSource, AudioStream, LocalAudioTrack, Room, RoomEvent,
   TrackPublishOptions, TrackSource, dispose,
@@ -86,16 +87,38 @@ async function publishWav(room, path) {
 }
 
 function listen(room) {
-  const heard = { frames: 0, sumSquares: 0, samples: 0 };
+  const heard = { frames: 0, sumSquares: 0, samples: 0, recording: null };
   room.on(RoomEvent.TrackSubscribed, async (track, publication, participant) => {
     report('subscribed', { identity: participant.identity, track_sid: publication.sid });
+    const recording = heard.recording ? null : (heard.recording = []);
     for await (const frame of new AudioStream(track, RATE, 1)) {
       heard.frames += 1;
       for (const s of frame.data) heard.sumSquares += s * s;
       heard.samples += frame.data.length;
+      if (recording) recording.push(Int16Array.from(frame.data));
     }
   });
   return heard;
+}
+
+function writeWav(path, chunks, rate) {
+  const length = chunks.reduce((n, c) => n + c.length, 0);
+  const bytes = Buffer.alloc(44 + length * 2);
+  bytes.write('RIFF', 0, 'ascii');
+  bytes.writeUInt32LE(36 + length * 2, 4);
+  bytes.write('WAVEfmt ', 8, 'ascii');
+  bytes.writeUInt32LE(16, 16);
+  bytes.writeUInt16LE(1, 20);
+  bytes.writeUInt16LE(1, 22);
+  bytes.writeUInt32LE(rate, 24);
+  bytes.writeUInt32LE(rate * 2, 28);
+  bytes.writeUInt16LE(2, 32);
+  bytes.writeUInt16LE(16, 34);
+  bytes.write('data', 36, 'ascii');
+  bytes.writeUInt32LE(length * 2, 40);
+  let at = 44;
+  for (const chunk of chunks) for (const s of chunk) { bytes.writeInt16LE(s, at); at += 2; }
+  fs.writeFileSync(path, bytes);
 }
 
 async function main() {
@@ -126,6 +149,8 @@ async function main() {
   if (listenFor > 0) {
     const rms = heard.samples ? Math.sqrt(heard.sumSquares / heard.samples) : 0;
     report('heard', { frames: heard.frames, rms });
+    const record = text('--record');
+    if (record && heard.recording) writeWav(record, heard.recording, RATE);
   }
   await room.disconnect();
   report('disconnected');

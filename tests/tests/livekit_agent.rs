@@ -70,3 +70,62 @@ fn the_agent_hears_the_caller_through_webrtc_and_opus() {
     eprintln!("the agent heard {seconds:.1} s: {text:?} (WER {wer:.3})");
     assert!(wer < 0.15, "{text:?}");
 }
+
+#[test]
+fn the_caller_hears_the_agent_through_webrtc_and_opus() {
+    let cache = ModelCache::from_env();
+    let server = TestServer::start(KEY, SECRET).unwrap();
+    let credentials = LiveKitCredentials {
+        url: server.url.clone(),
+        api_key: KEY.into(),
+        api_secret: SECRET.into(),
+    };
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let token = credentials.agent_token("call-6", "sublet-agent").unwrap();
+    let (room, _events) = runtime
+        .block_on(RoomConnection::join(&credentials.url, &token))
+        .unwrap();
+    let recording = std::env::temp_dir().join(format!("sublet-heard-{}.wav", std::process::id()));
+    let url = server.url.clone();
+    let path = recording.clone();
+    let caller = std::thread::spawn(move || {
+        let token = room_token(KEY, SECRET, "caller", "call-6", Duration::from_secs(600));
+        livekit_caller(
+            &url,
+            &token,
+            &["--listen", "16", "--record", path.to_str().unwrap()],
+        )
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let speech = sublet_audio::read_wav(cache.jfk_wav().unwrap()).unwrap();
+    runtime
+        .block_on(async {
+            let mut voice = room.publish_audio(speech.rate).await?;
+            for piece in speech.samples.chunks(320) {
+                voice.send(piece).await?;
+            }
+            voice.finish().await
+        })
+        .unwrap();
+    let (ok, events) = caller.join().unwrap();
+    runtime.block_on(room.leave());
+    assert!(ok, "{events:?}");
+    let subscribed = events
+        .iter()
+        .find(|e| e["event"] == "subscribed")
+        .expect("the caller was sent the agent's track");
+    assert_eq!(subscribed["identity"], "sublet-agent");
+
+    let heard = sublet_audio::read_wav(&recording)
+        .unwrap()
+        .resampled(16_000);
+    let _ = std::fs::remove_file(&recording);
+    let mut stt = Transcriber::load(&cache).unwrap();
+    let text = stt.transcribe(&heard.samples).unwrap();
+    let wer = word_error_rate(JFK, &text);
+    eprintln!(
+        "the caller heard {:.1} s: {text:?} (WER {wer:.3})",
+        heard.duration_s()
+    );
+    assert!(wer < 0.15, "{text:?}");
+}

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
 use livekit_protocol as proto;
@@ -11,10 +12,11 @@ use livekit_signaling::{SignalClient, SignalEvent, SignalOptions};
 use proto::signal_request::Message as Request;
 use proto::signal_response::Message as Reply;
 use sublet_audio::StreamResampler;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use webrtc::media_stream::track_remote::{TrackRemote, TrackRemoteEvent};
 
 use super::peer::{media_ip, Peer};
+use super::publish::AudioPublisher;
 
 /// The pipeline's sample rate.
 const PIPELINE_RATE: u32 = 16_000;
@@ -45,11 +47,24 @@ pub enum RoomEvent {
 pub struct RoomConnection {
     signal: Arc<SignalClient>,
     subscriber: Arc<Peer>,
+    publisher: Arc<Peer>,
+    waiting: Arc<Waiting>,
     pub participant_sid: String,
     pub room_name: String,
 }
 
 type Names = Arc<Mutex<HashMap<String, String>>>;
+
+/// Replies the agent waits for: the server's answer to a publisher offer, and the
+/// `TrackPublished` for each track it asked to publish (by its client id).
+#[derive(Default)]
+struct Waiting {
+    answer: Mutex<Option<oneshot::Sender<String>>>,
+    published: Mutex<HashMap<String, oneshot::Sender<proto::TrackInfo>>>,
+}
+
+/// How long the server has to answer a publication or an offer.
+const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
@@ -80,11 +95,18 @@ impl RoomConnection {
         ));
         let (tracks_tx, tracks) = mpsc::unbounded_channel();
         let subscriber = Arc::new(Peer::new(media_ip(), Some(tracks_tx)).await?);
+        let publisher = Arc::new(Peer::new(media_ip(), None).await?);
         let signal = Arc::new(signal);
+        let waiting = Arc::new(Waiting::default());
         let (room_events, room_rx) = mpsc::unbounded_channel();
+        let peers = Peers {
+            subscriber: subscriber.clone(),
+            publisher: publisher.clone(),
+            waiting: waiting.clone(),
+        };
         tokio::spawn(run(
             signal.clone(),
-            subscriber.clone(),
+            peers,
             events,
             tracks,
             names,
@@ -94,11 +116,51 @@ impl RoomConnection {
             Self {
                 signal,
                 subscriber,
+                publisher,
+                waiting,
                 participant_sid: participant.sid,
                 room_name,
             },
             room_rx,
         ))
+    }
+
+    /// Publishes the agent's microphone track; audio sent to the returned publisher (at
+    /// `input_rate`) is what the room hears.
+    pub async fn publish_audio(&self, input_rate: u32) -> Result<AudioPublisher> {
+        let cid = format!("sublet-agent-audio-{}", self.participant_sid);
+        let output = self.publisher.add_audio_track("sublet-agent", &cid).await?;
+        let (published_tx, published) = oneshot::channel();
+        lock(&self.waiting.published).insert(cid.clone(), published_tx);
+        self.signal
+            .send(Request::AddTrack(proto::AddTrackRequest {
+                cid: cid.clone(),
+                name: "agent".into(),
+                r#type: proto::TrackType::Audio as i32,
+                source: proto::TrackSource::Microphone as i32,
+                ..Default::default()
+            }))
+            .await;
+        tokio::time::timeout(REPLY_TIMEOUT, published)
+            .await
+            .context("the server did not confirm the agent's track in 10 s")?
+            .context("the room connection ended")?;
+        let offer = self.publisher.offer().await?;
+        let (answer_tx, answer) = oneshot::channel();
+        *lock(&self.waiting.answer) = Some(answer_tx);
+        self.signal
+            .send(Request::Offer(proto::SessionDescription {
+                r#type: "offer".into(),
+                sdp: offer,
+                ..Default::default()
+            }))
+            .await;
+        let answer = tokio::time::timeout(REPLY_TIMEOUT, answer)
+            .await
+            .context("the server did not answer the agent's offer in 10 s")?
+            .context("the room connection ended")?;
+        self.publisher.accept_answer(answer).await?;
+        AudioPublisher::new(output, input_rate)
     }
 
     /// Leaves the room.
@@ -112,14 +174,22 @@ impl RoomConnection {
             .await;
         self.signal.close().await;
         self.subscriber.close().await;
+        self.publisher.close().await;
     }
+}
+
+/// The peer connections and waiting replies the signal loop serves.
+struct Peers {
+    subscriber: Arc<Peer>,
+    publisher: Arc<Peer>,
+    waiting: Arc<Waiting>,
 }
 
 /// The signal loop: the server's offers for the subscriber connection, its candidates, who
 /// joins and leaves, and each track that arrives.
 async fn run(
     signal: Arc<SignalClient>,
-    subscriber: Arc<Peer>,
+    peers: Peers,
     mut events: livekit_signaling::SignalEvents,
     mut tracks: mpsc::UnboundedReceiver<Arc<dyn TrackRemote>>,
     names: Names,
@@ -129,7 +199,7 @@ async fn run(
         tokio::select! {
             event = events.recv() => match event {
                 Some(SignalEvent::Message(message)) => {
-                    if let Err(e) = handle(&signal, &subscriber, *message, &names, &room_events).await {
+                    if let Err(e) = handle(&signal, &peers, *message, &names, &room_events).await {
                         break format!("{e:#}");
                     }
                 }
@@ -151,14 +221,14 @@ async fn run(
 
 async fn handle(
     signal: &SignalClient,
-    subscriber: &Peer,
+    peers: &Peers,
     message: Reply,
     names: &Names,
     room_events: &mpsc::UnboundedSender<RoomEvent>,
 ) -> Result<()> {
     match message {
         Reply::Offer(offer) => {
-            let answer = subscriber.answer(offer.sdp).await?;
+            let answer = peers.subscriber.answer(offer.sdp).await?;
             signal
                 .send(Request::Answer(proto::SessionDescription {
                     r#type: "answer".into(),
@@ -167,8 +237,23 @@ async fn handle(
                 }))
                 .await;
         }
-        Reply::Trickle(trickle) if trickle.target == proto::SignalTarget::Subscriber as i32 => {
-            subscriber.add_candidate(&trickle.candidate_init).await?;
+        Reply::Trickle(trickle) => {
+            let peer = if trickle.target == proto::SignalTarget::Subscriber as i32 {
+                &peers.subscriber
+            } else {
+                &peers.publisher
+            };
+            peer.add_candidate(&trickle.candidate_init).await?;
+        }
+        Reply::Answer(answer) => {
+            if let Some(waiting) = lock(&peers.waiting.answer).take() {
+                let _ = waiting.send(answer.sdp);
+            }
+        }
+        Reply::TrackPublished(published) => {
+            if let Some(waiting) = lock(&peers.waiting.published).remove(&published.cid) {
+                let _ = waiting.send(published.track.unwrap_or_default());
+            }
         }
         Reply::Update(update) => {
             for p in update.participants {

@@ -5,11 +5,14 @@
 //! - `token.rs`: the server's URL and API key from LiveKit's environment variables, and the
 //!   agent's own access tokens;
 //! - `connection.rs`: joining a room and hearing each participant's microphone at 16 kHz;
+//! - `publish.rs`: the agent's voice, as Opus packets on its microphone track;
 //! - `peer.rs`: one WebRTC peer connection, as both the agent and the test server use it.
 
 mod connection;
 pub mod peer;
+mod publish;
 mod token;
 
 pub use connection::{RoomConnection, RoomEvent};
+pub use publish::AudioPublisher;
 pub use token::LiveKitCredentials;
