@@ -8,9 +8,11 @@
 //! - [`record`]: each turn's stage times and the table of them;
 //! - [`responder`]: one finished turn answered, stage by stage;
 //! - [`call`]: a recorded call driven through detector and responder;
+//! - `live.rs`: a live caller, answered while their audio keeps coming;
 //! - [`livekit`]: the agent in a LiveKit room.
 
 pub mod call;
+mod live;
 pub mod livekit;
 pub mod record;
 pub mod responder;

@@ -1,10 +1,13 @@
-//! What the demos share: how the engine's scheduler is chosen on the command line.
+//! What the demos share: how the engine's scheduler is chosen on the command line, and
+//! the progress they print as a call goes.
 
 use anyhow::Result;
 use clap::Args;
+use sublet_agent::{CallObserver, TurnRecord};
 use sublet_engine::make_room::{PolicyConfig, Switches};
 use sublet_engine::{EngineConfig, VOICE_PRIORITY};
 use sublet_models::ModelCache;
+use sublet_turn_detect::TurnEvent;
 
 /// The engine's scheduler: mistral.rs's own (the default), or make-room's.
 #[derive(Args, Debug, Clone)]
@@ -35,6 +38,35 @@ impl SchedulerArgs {
             }),
             ..EngineConfig::bundled(cache)?
         })
+    }
+}
+
+/// Prints each turn-taking event and each answered turn as the call goes.
+pub struct Progress;
+
+impl CallObserver for Progress {
+    fn turn_event(&mut self, event: &TurnEvent) {
+        match event {
+            TurnEvent::SpeechStarted { at_s } => eprintln!("  {at_s:7.2}s  caller speaking"),
+            TurnEvent::SpeechStopped {
+                at_s,
+                end_of_turn_score,
+                ..
+            } => eprintln!(
+                "  {at_s:7.2}s  caller stopped (end-of-turn score {end_of_turn_score:.2})"
+            ),
+            TurnEvent::EndOfTurn { decided_s, .. } => eprintln!("  {decided_s:7.2}s  end of turn"),
+        }
+    }
+
+    fn turn_answered(&mut self, turn: &TurnRecord) {
+        eprintln!(
+            "  turn {}: {:?} → {:?} ({:.2}s voice to voice)",
+            turn.index,
+            turn.transcript,
+            turn.reply,
+            turn.voice_to_voice_s()
+        );
     }
 }
 

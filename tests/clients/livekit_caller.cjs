@@ -77,17 +77,27 @@ function readWav(path) {
   throw new Error(`${path}: no data chunk`);
 }
 
-async function publishWav(room, path) {
+// Speaks the file, then goes on sending silence (an open microphone) until `untilMs`, or
+// for a second.
+async function publishWav(room, path, untilMs, heard) {
   const { samples, rate } = readWav(path);
   const source = await publishMicrophone(room, rate);
-  await speak(source, samples, rate);
-  // A second of silence so the end of speech is heard as such.
-  await speak(source, new Int16Array(rate), rate);
-  report('spoke', { seconds: samples.length / rate });
+  // The caller's last audio: the end of the last frame with speech in it.
+  let end = samples.length;
+  while (end > 0 && Math.abs(samples[end - 1]) < 300) end--;
+  const perFrame = rate / 100;
+  end = Math.min(samples.length, Math.ceil(end / perFrame) * perFrame);
+  await speak(source, samples.subarray(0, end), rate);
+  heard.spokeAt = Date.now();
+  await speak(source, samples.subarray(end), rate);
+  report('spoke', { seconds: samples.length / rate, speech_seconds: end / rate });
+  const until = Math.max(untilMs, Date.now() + 1000);
+  const silence = new Int16Array(rate / 10);
+  while (Date.now() < until) await speak(source, silence, rate);
 }
 
 function listen(room) {
-  const heard = { frames: 0, sumSquares: 0, samples: 0, recording: null };
+  const heard = { frames: 0, sumSquares: 0, samples: 0, recording: null, spokeAt: 0, replyAt: 0 };
   room.on(RoomEvent.TrackSubscribed, async (track, publication, participant) => {
     report('subscribed', { identity: participant.identity, track_sid: publication.sid });
     const recording = heard.recording ? null : (heard.recording = []);
@@ -96,6 +106,12 @@ function listen(room) {
       for (const s of frame.data) heard.sumSquares += s * s;
       heard.samples += frame.data.length;
       if (recording) recording.push(Int16Array.from(frame.data));
+      // Voice to voice: the caller's last audio sent → the first loud audio heard after it.
+      if (heard.spokeAt && !heard.replyAt) {
+        let sum = 0;
+        for (const s of frame.data) sum += s * s;
+        if (Math.sqrt(sum / frame.data.length) > 500) heard.replyAt = Date.now();
+      }
     }
   });
   return heard;
@@ -143,12 +159,13 @@ async function main() {
   const wav = text('--publish-wav');
   const waits = [];
   if (tone > 0) waits.push(publishTone(room, tone));
-  if (wav) waits.push(publishWav(room, wav));
+  if (wav) waits.push(publishWav(room, wav, Date.now() + listenFor * 1000, heard));
   if (listenFor > 0) waits.push(new Promise((resolve) => setTimeout(resolve, listenFor * 1000)));
   await Promise.all(waits);
   if (listenFor > 0) {
     const rms = heard.samples ? Math.sqrt(heard.sumSquares / heard.samples) : 0;
-    report('heard', { frames: heard.frames, rms });
+    const voiceToVoice = heard.replyAt ? heard.replyAt - heard.spokeAt : null;
+    report('heard', { frames: heard.frames, rms, voice_to_voice_ms: voiceToVoice });
     const record = text('--record');
     if (record && heard.recording) writeWav(record, heard.recording, RATE);
   }

@@ -82,7 +82,7 @@ fn the_caller_hears_the_agent_through_webrtc_and_opus() {
     };
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let token = credentials.agent_token("call-6", "sublet-agent").unwrap();
-    let (room, _events) = runtime
+    let (room, mut events) = runtime
         .block_on(RoomConnection::join(&credentials.url, &token))
         .unwrap();
     let recording = std::env::temp_dir().join(format!("sublet-heard-{}.wav", std::process::id()));
@@ -96,6 +96,19 @@ fn the_caller_hears_the_agent_through_webrtc_and_opus() {
             &["--listen", "16", "--record", path.to_str().unwrap()],
         )
     });
+    // The agent speaks once the caller is there (and has had a moment to subscribe).
+    runtime
+        .block_on(async {
+            tokio::time::timeout(Duration::from_secs(30), async {
+                while let Some(event) = events.recv().await {
+                    if matches!(&event, RoomEvent::ParticipantJoined { identity } if identity == "caller") {
+                        return;
+                    }
+                }
+            })
+            .await
+        })
+        .expect("the caller joins");
     std::thread::sleep(Duration::from_secs(2));
     let speech = sublet_audio::read_wav(cache.jfk_wav().unwrap()).unwrap();
     runtime

@@ -6,13 +6,16 @@
 //!   agent's own access tokens;
 //! - `connection.rs`: joining a room and hearing each participant's microphone at 16 kHz;
 //! - `publish.rs`: the agent's voice, as Opus packets on its microphone track;
+//! - `call.rs`: one call in a room, through the voice pipeline.
 //! - `peer.rs`: one WebRTC peer connection, as both the agent and the test server use it.
 
+mod call;
 mod connection;
 pub mod peer;
 mod publish;
 mod token;
 
+pub use call::RoomCall;
 pub use connection::{RoomConnection, RoomEvent};
 pub use publish::AudioPublisher;
 pub use token::LiveKitCredentials;

@@ -11,13 +11,10 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use clap::Parser;
-use sublet_agent::{
-    turn_table, AgentConfig, CallObserver, Pacing, TurnRecord, VoiceAgent, STAGE_NAMES,
-};
-use sublet_demos::SchedulerArgs;
+use sublet_agent::{turn_table, AgentConfig, Pacing, VoiceAgent, STAGE_NAMES};
+use sublet_demos::{Progress, SchedulerArgs};
 use sublet_engine::Engine;
 use sublet_models::ModelCache;
-use sublet_turn_detect::TurnEvent;
 
 /// Feed a recorded call (any WAV) through the voice pipeline and write the agent's replies.
 #[derive(Parser, Debug)]
@@ -45,35 +42,6 @@ struct Args {
     turn_hints: bool,
     #[command(flatten)]
     scheduler: SchedulerArgs,
-}
-
-/// Prints each turn-taking event and each answered turn as the call goes.
-struct Progress;
-
-impl CallObserver for Progress {
-    fn turn_event(&mut self, event: &TurnEvent) {
-        match event {
-            TurnEvent::SpeechStarted { at_s } => eprintln!("  {at_s:7.2}s  caller speaking"),
-            TurnEvent::SpeechStopped {
-                at_s,
-                end_of_turn_score,
-                ..
-            } => eprintln!(
-                "  {at_s:7.2}s  caller stopped (end-of-turn score {end_of_turn_score:.2})"
-            ),
-            TurnEvent::EndOfTurn { decided_s, .. } => eprintln!("  {decided_s:7.2}s  end of turn"),
-        }
-    }
-
-    fn turn_answered(&mut self, turn: &TurnRecord) {
-        eprintln!(
-            "  turn {}: {:?} → {:?} ({:.2}s voice to voice)",
-            turn.index,
-            turn.transcript,
-            turn.reply,
-            turn.voice_to_voice_s()
-        );
-    }
 }
 
 fn run(args: Args) -> Result<()> {

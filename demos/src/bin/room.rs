@@ -1,0 +1,88 @@
+//! Joins one LiveKit room now and answers the caller there, then leaves when they do.
+//!
+//! ```text
+//! room --url URL --token TOKEN
+//! room --room NAME            (with LIVEKIT_URL, LIVEKIT_API_KEY and LIVEKIT_API_SECRET)
+//! ```
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{bail, Result};
+use clap::Parser;
+use sublet_agent::livekit::LiveKitCredentials;
+use sublet_agent::{turn_table, AgentConfig, VoiceAgent};
+use sublet_demos::{Progress, SchedulerArgs};
+use sublet_engine::Engine;
+use sublet_models::ModelCache;
+
+#[derive(Parser, Debug)]
+#[command(name = "room")]
+struct Args {
+    /// The LiveKit server (default: `LIVEKIT_URL`).
+    #[arg(long, env = "LIVEKIT_URL")]
+    url: Option<String>,
+    /// An access token to join with; without it one is minted for `--room` from
+    /// `LIVEKIT_API_KEY` and `LIVEKIT_API_SECRET`.
+    #[arg(long)]
+    token: Option<String>,
+    /// The room to join, when minting the token.
+    #[arg(long)]
+    room: Option<String>,
+    /// The agent's identity in the room, when minting the token.
+    #[arg(long, default_value = "sublet-agent")]
+    identity: String,
+    /// Send the engine a one-token turn hint when the caller stops speaking.
+    #[arg(long)]
+    turn_hints: bool,
+    #[command(flatten)]
+    scheduler: SchedulerArgs,
+}
+
+fn run(args: Args) -> Result<()> {
+    let (url, token) = match (args.token, args.room) {
+        (Some(token), _) => match args.url {
+            Some(url) => (url, token),
+            None => bail!("--token needs --url (or LIVEKIT_URL)"),
+        },
+        (None, Some(room)) => {
+            let mut credentials = LiveKitCredentials::from_env()?;
+            if let Some(url) = args.url {
+                credentials.url = url;
+            }
+            let token = credentials.agent_token(&room, &args.identity)?;
+            (credentials.url, token)
+        }
+        (None, None) => {
+            bail!("give --url and --token, or --room NAME with LiveKit's environment variables")
+        }
+    };
+    let cache = ModelCache::from_env();
+    let engine = Arc::new(Engine::load(&args.scheduler.engine_config(&cache)?)?);
+    let config = AgentConfig {
+        turn_hints: args.turn_hints,
+        ..AgentConfig::default()
+    };
+    let agent = VoiceAgent::with_engine(cache, engine, config);
+    let runtime = tokio::runtime::Runtime::new()?;
+    eprintln!("room: joining {url}");
+    let call = agent.answer_room(runtime.handle(), &url, &token, &mut Progress)?;
+    println!("{}", turn_table(&call.turns));
+    eprintln!(
+        "room: {} turns with {}; the call ended: {}",
+        call.turns.len(),
+        call.caller.as_deref().unwrap_or("nobody"),
+        call.ended
+    );
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    match run(Args::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("room: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

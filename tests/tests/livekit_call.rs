@@ -1,0 +1,102 @@
+//! A call in a LiveKit room, end to end: LiveKit's official Node client publishes a
+//! recorded question into the test server's room and records what it hears; the agent
+//! answers it through the whole voice pipeline.
+
+use std::time::Duration;
+
+use sublet_agent::livekit::LiveKitCredentials;
+use sublet_agent::{AgentConfig, Quiet, VoiceAgent};
+use sublet_audio::{read_wav, write_wav, Audio};
+use sublet_models::ModelCache;
+use sublet_stt::{word_error_rate, Transcriber};
+use sublet_tests::livekit_server::TestServer;
+use sublet_tests::official_clients::{livekit_caller, room_token};
+
+const KEY: &str = "devkey";
+const SECRET: &str = "a-secret-long-enough-for-hs256-signing";
+
+#[test]
+fn a_caller_in_a_livekit_room_hears_the_agent_answer() {
+    let cache = ModelCache::from_env();
+    // The first question of a recorded call ("Good morning. Is it going to rain today?").
+    let call = read_wav(cache.call("quick_questions.wav").unwrap()).unwrap();
+    let question = Audio::new(
+        call.samples[..(5.0 * call.rate as f64) as usize].to_vec(),
+        call.rate,
+    );
+    let dir = std::env::temp_dir().join(format!("sublet-livekit-call-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let question_wav = dir.join("question.wav");
+    write_wav(&question_wav, &question).unwrap();
+    let recording = dir.join("heard.wav");
+
+    let server = TestServer::start(KEY, SECRET).unwrap();
+    let credentials = LiveKitCredentials {
+        url: server.url.clone(),
+        api_key: KEY.into(),
+        api_secret: SECRET.into(),
+    };
+    let agent = VoiceAgent::load(cache.clone(), AgentConfig::default()).unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+
+    let url = server.url.clone();
+    let (q, r) = (question_wav.clone(), recording.clone());
+    let caller = std::thread::spawn(move || {
+        // Give the agent a moment to join first, as a dispatched agent would.
+        std::thread::sleep(Duration::from_secs(2));
+        let token = room_token(KEY, SECRET, "caller", "call-7", Duration::from_secs(600));
+        livekit_caller(
+            &url,
+            &token,
+            &[
+                "--publish-wav",
+                q.to_str().unwrap(),
+                "--listen",
+                "20",
+                "--record",
+                r.to_str().unwrap(),
+            ],
+        )
+    });
+    let token = credentials.agent_token("call-7", "sublet-agent").unwrap();
+    let call = agent
+        .answer_room(runtime.handle(), &credentials.url, &token, &mut Quiet)
+        .unwrap();
+    let (ok, events) = caller.join().unwrap();
+    assert!(ok, "{events:?}");
+    assert_eq!(call.caller.as_deref(), Some("caller"), "{}", call.ended);
+    assert_eq!(call.turns.len(), 1, "{:?}", call.turns);
+    let turn = &call.turns[0];
+    eprintln!(
+        "agent: {:?} → {:?} (voice to voice {:.2} s by the agent's clock)",
+        turn.transcript,
+        turn.reply,
+        turn.voice_to_voice_s()
+    );
+    assert!(
+        word_error_rate("Good morning. Is it going to rain today?", &turn.transcript) < 0.35,
+        "{:?}",
+        turn.transcript
+    );
+
+    let heard_event = events
+        .iter()
+        .find(|e| e["event"] == "heard")
+        .expect("the caller's report");
+    eprintln!("caller: {heard_event}");
+    let heard = read_wav(&recording).unwrap().resampled(16_000);
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut stt = Transcriber::load(&cache).unwrap();
+    let text = stt.transcribe(&heard.samples).unwrap();
+    let wer = word_error_rate(&turn.reply, &text);
+    eprintln!("the caller heard {text:?} (WER {wer:.3} against the reply the agent logged)");
+    assert!(
+        wer < 0.35,
+        "heard {text:?}, the agent said {:?}",
+        turn.reply
+    );
+    assert!(
+        heard_event["voice_to_voice_ms"].as_f64().is_some(),
+        "{heard_event}"
+    );
+}
