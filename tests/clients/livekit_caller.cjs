@@ -141,6 +141,9 @@ async function main() {
   const [url, token] = process.argv.slice(2);
   const room = new Room();
   const heard = listen(room);
+  room.on(RoomEvent.ParticipantAttributesChanged, (changed, participant) => {
+    report('attributes', { identity: participant.identity, changed });
+  });
   try {
     await room.connect(url, token, { autoSubscribe: true, dynacast: false });
   } catch (e) {

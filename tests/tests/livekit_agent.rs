@@ -85,6 +85,10 @@ fn the_caller_hears_the_agent_through_webrtc_and_opus() {
     let (room, mut events) = runtime
         .block_on(RoomConnection::join(&credentials.url, &token))
         .unwrap();
+    // Published before the caller comes, as a call's agent does: the caller is sent the
+    // track as it joins.
+    let speech = sublet_audio::read_wav(cache.jfk_wav().unwrap()).unwrap();
+    let mut voice = runtime.block_on(room.publish_audio(speech.rate)).unwrap();
     let recording = std::env::temp_dir().join(format!("sublet-heard-{}.wav", std::process::id()));
     let url = server.url.clone();
     let path = recording.clone();
@@ -93,7 +97,7 @@ fn the_caller_hears_the_agent_through_webrtc_and_opus() {
         livekit_caller(
             &url,
             &token,
-            &["--listen", "16", "--record", path.to_str().unwrap()],
+            &["--listen", "18", "--record", path.to_str().unwrap()],
         )
     });
     // The agent speaks once the caller is there (and has had a moment to subscribe).
@@ -109,11 +113,9 @@ fn the_caller_hears_the_agent_through_webrtc_and_opus() {
             .await
         })
         .expect("the caller joins");
-    std::thread::sleep(Duration::from_secs(2));
-    let speech = sublet_audio::read_wav(cache.jfk_wav().unwrap()).unwrap();
+    std::thread::sleep(Duration::from_secs(3));
     runtime
         .block_on(async {
-            let mut voice = room.publish_audio(speech.rate).await?;
             for piece in speech.samples.chunks(320) {
                 voice.send(piece).await?;
             }

@@ -99,4 +99,20 @@ fn a_caller_in_a_livekit_room_hears_the_agent_answer() {
         heard_event["voice_to_voice_ms"].as_f64().is_some(),
         "{heard_event}"
     );
+
+    // The caller saw the agent's state change, in order, through the participant attribute.
+    let states: Vec<&str> = events
+        .iter()
+        .filter(|e| e["event"] == "attributes" && e["identity"] == "sublet-agent")
+        .filter_map(|e| e["changed"]["lk.agent.state"].as_str())
+        .collect();
+    eprintln!("the agent's states, as the caller saw them: {states:?}");
+    let order = ["thinking", "speaking", "listening"];
+    let mut at = 0;
+    for state in &states {
+        if at < order.len() && *state == order[at] {
+            at += 1;
+        }
+    }
+    assert_eq!(at, order.len(), "states seen: {states:?}");
 }

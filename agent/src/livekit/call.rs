@@ -32,12 +32,34 @@ pub struct RoomCall {
     pub ended: String,
 }
 
+/// The agent's state as LiveKit's clients show it (participant attribute `lk.agent.state`).
+pub const AGENT_STATE: &str = "lk.agent.state";
+
 /// The agent's speech, queued for the track.
 struct RoomVoice(mpsc::UnboundedSender<Audio>);
 
 impl AudioOut for RoomVoice {
     fn play(&mut self, _at_s: f64, audio: &Audio) {
         let _ = self.0.send(audio.clone());
+    }
+}
+
+/// Passes the call's events on, and says `thinking` when a turn ends.
+struct StateObserver<'a> {
+    inner: &'a mut dyn CallObserver,
+    states: mpsc::UnboundedSender<&'static str>,
+}
+
+impl CallObserver for StateObserver<'_> {
+    fn turn_event(&mut self, event: &sublet_turn_detect::TurnEvent) {
+        if matches!(event, sublet_turn_detect::TurnEvent::EndOfTurn { .. }) {
+            let _ = self.states.send("thinking");
+        }
+        self.inner.turn_event(event);
+    }
+
+    fn turn_answered(&mut self, turn: &TurnRecord) {
+        self.inner.turn_answered(turn);
     }
 }
 
@@ -51,17 +73,43 @@ impl VoiceAgent {
         observer: &mut dyn CallObserver,
     ) -> Result<RoomCall> {
         let (room, mut events) = runtime.block_on(RoomConnection::join(url, token))?;
+        let room = std::sync::Arc::new(room);
         let mut voice = runtime.block_on(room.publish_audio(VOICE_RATE))?;
+        // The agent's state, in the order it changes.
+        let (states, mut state_rx) = mpsc::unbounded_channel::<&'static str>();
+        let announcer = {
+            let room = room.clone();
+            runtime.spawn(async move {
+                while let Some(state) = state_rx.recv().await {
+                    room.set_attributes(&[(AGENT_STATE, state)]).await;
+                }
+            })
+        };
+        let _ = states.send("listening");
         let (speech_tx, mut speech) = mpsc::unbounded_channel::<Audio>();
+        let speaker_states = states.clone();
         // The agent's track carries audio all the time, silence between replies, as a
         // microphone's would: the caller's jitter buffer then never restarts mid-call.
         let speaker = runtime.spawn(async move {
             let silence = vec![0.0; (VOICE_RATE as f64 * TICK.as_secs_f64()) as usize];
+            let mut speaking = false;
             loop {
                 match tokio::time::timeout(TICK, speech.recv()).await {
-                    Ok(Some(audio)) => voice.send(&audio.resampled(VOICE_RATE).samples).await?,
+                    Ok(Some(audio)) => {
+                        if !speaking {
+                            speaking = true;
+                            let _ = speaker_states.send("speaking");
+                        }
+                        voice.send(&audio.resampled(VOICE_RATE).samples).await?
+                    }
                     Ok(None) => break,
-                    Err(_) => voice.send(&silence).await?,
+                    Err(_) => {
+                        if speaking {
+                            speaking = false;
+                            let _ = speaker_states.send("listening");
+                        }
+                        voice.send(&silence).await?
+                    }
                 }
             }
             voice.finish().await
@@ -103,12 +151,19 @@ impl VoiceAgent {
             };
             (caller, ended)
         });
-        let turns = self.answer_live(audio_in, Box::new(RoomVoice(speech_tx)), observer);
+        let mut observer = StateObserver {
+            inner: observer,
+            states: states.clone(),
+        };
+        let turns = self.answer_live(audio_in, Box::new(RoomVoice(speech_tx)), &mut observer);
+        drop(observer);
+        drop(states);
         let (caller, ended) = runtime
             .block_on(listener)
             .map_err(|e| anyhow!("the room listener failed: {e}"))?;
         // Let the last reply finish playing before leaving.
         let _ = runtime.block_on(speaker);
+        let _ = runtime.block_on(announcer);
         runtime.block_on(room.leave());
         Ok(RoomCall {
             caller,

@@ -163,6 +163,20 @@ impl RoomConnection {
         AudioPublisher::new(output, input_rate)
     }
 
+    /// Sets the agent's own participant attributes (LiveKit's `lk.agent.state` among them).
+    pub async fn set_attributes(&self, attributes: &[(&str, &str)]) {
+        self.signal
+            .send(Request::UpdateMetadata(proto::UpdateParticipantMetadata {
+                attributes: attributes
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+                request_id: self.signal.next_request_id(),
+                ..Default::default()
+            }))
+            .await;
+    }
+
     /// Leaves the room.
     pub async fn leave(&self) {
         self.signal

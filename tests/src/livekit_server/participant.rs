@@ -72,6 +72,15 @@ fn others(state: &ServerState, room: &str, me: &str) -> Vec<Arc<Participant>> {
     })
 }
 
+/// The name of the room `sid` is in.
+fn room_of(state: &ServerState, sid: &str) -> String {
+    lock(&state.rooms)
+        .iter()
+        .find(|(_, room)| room.participants.contains_key(sid))
+        .map(|(name, _)| name.clone())
+        .unwrap_or_default()
+}
+
 fn participant_info(state: &ServerState, claims: &Claims) -> proto::ParticipantInfo {
     proto::ParticipantInfo {
         sid: state.id("PA_"),
@@ -259,6 +268,40 @@ async fn handle(
                         track: Some(track),
                     },
                 )))
+                .await?;
+        }
+        Some(Request::UpdateMetadata(update)) => {
+            let allowed = me.info().permission.is_some_and(|p| p.can_update_metadata);
+            let reason = if allowed {
+                let info = {
+                    let mut info = lock(&me.info);
+                    for (key, value) in update.attributes {
+                        // An empty value deletes the attribute.
+                        if value.is_empty() {
+                            info.attributes.remove(&key);
+                        } else {
+                            info.attributes.insert(key, value);
+                        }
+                    }
+                    info.version += 1;
+                    info.clone()
+                };
+                let everyone = others(state, &room_of(state, &info.sid), "");
+                for p in everyone {
+                    p.send(Reply::Update(proto::ParticipantUpdate {
+                        participants: vec![info.clone()],
+                    }));
+                }
+                proto::request_response::Reason::Ok
+            } else {
+                proto::request_response::Reason::NotAllowed
+            };
+            socket
+                .send(reply(Reply::RequestResponse(proto::RequestResponse {
+                    request_id: update.request_id,
+                    reason: reason as i32,
+                    ..Default::default()
+                })))
                 .await?;
         }
         Some(Request::PingReq(ping)) => {
