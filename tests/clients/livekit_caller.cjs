@@ -141,6 +141,10 @@ async function main() {
   const [url, token] = process.argv.slice(2);
   const room = new Room();
   const heard = listen(room);
+  room.registerTextStreamHandler('lk.transcription', async (reader, { identity }) => {
+    const text = await reader.readAll();
+    report('transcription', { identity, text, attributes: reader.info.attributes });
+  });
   room.on(RoomEvent.ParticipantAttributesChanged, (changed, participant) => {
     report('attributes', { identity: participant.identity, changed });
   });

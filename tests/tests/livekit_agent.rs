@@ -100,22 +100,23 @@ fn the_caller_hears_the_agent_through_webrtc_and_opus() {
             &["--listen", "18", "--record", path.to_str().unwrap()],
         )
     });
-    // The agent speaks once the caller is there (and has had a moment to subscribe).
+    // Like a microphone, the agent's track carries silence until it speaks (the server
+    // forwards a track once its first packet arrives); it speaks once the caller is there
+    // and has had a moment to subscribe.
     runtime
         .block_on(async {
-            tokio::time::timeout(Duration::from_secs(30), async {
-                while let Some(event) = events.recv().await {
+            let silence = vec![0.0; speech.rate as usize / 50];
+            let mut joined_at = None;
+            let started = std::time::Instant::now();
+            while joined_at.is_none_or(|at: std::time::Instant| at.elapsed() < Duration::from_secs(3)) {
+                assert!(started.elapsed() < Duration::from_secs(30), "the caller never joined");
+                voice.send(&silence).await?;
+                while let Ok(event) = events.try_recv() {
                     if matches!(&event, RoomEvent::ParticipantJoined { identity } if identity == "caller") {
-                        return;
+                        joined_at.get_or_insert_with(std::time::Instant::now);
                     }
                 }
-            })
-            .await
-        })
-        .expect("the caller joins");
-    std::thread::sleep(Duration::from_secs(3));
-    runtime
-        .block_on(async {
+            }
             for piece in speech.samples.chunks(320) {
                 voice.send(piece).await?;
             }

@@ -115,4 +115,29 @@ fn a_caller_in_a_livekit_room_hears_the_agent_answer() {
         }
     }
     assert_eq!(at, order.len(), "states seen: {states:?}");
+
+    // And the turn's transcripts, both sides, on `lk.transcription`.
+    let transcripts: Vec<(&str, &str)> = events
+        .iter()
+        .filter(|e| e["event"] == "transcription")
+        .map(|e| {
+            (
+                e["identity"].as_str().unwrap_or(""),
+                e["text"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    eprintln!("transcripts the caller received: {transcripts:?}");
+    assert!(
+        transcripts.contains(&("caller", turn.transcript.as_str())),
+        "{transcripts:?}"
+    );
+    assert!(
+        transcripts.contains(&("sublet-agent", turn.reply.as_str())),
+        "{transcripts:?}"
+    );
+    assert!(events
+        .iter()
+        .filter(|e| e["event"] == "transcription")
+        .all(|e| e["attributes"]["lk.transcription_final"] == "true"));
 }

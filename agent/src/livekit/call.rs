@@ -44,21 +44,46 @@ impl AudioOut for RoomVoice {
     }
 }
 
-/// Passes the call's events on, and says `thinking` when a turn ends.
-struct StateObserver<'a> {
-    inner: &'a mut dyn CallObserver,
-    states: mpsc::UnboundedSender<&'static str>,
+/// The topic LiveKit's clients read transcriptions from.
+pub const TRANSCRIPTION_TOPIC: &str = "lk.transcription";
+
+/// What the room is told, in order.
+enum Announce {
+    State(&'static str),
+    /// A final transcript: the caller's turn (on their behalf), or the agent's reply.
+    Transcript {
+        from_caller: bool,
+        text: String,
+        segment: String,
+    },
 }
 
-impl CallObserver for StateObserver<'_> {
+/// Passes the call's events on; says `thinking` when a turn ends and sends the turn's
+/// transcripts when it is answered.
+struct RoomObserver<'a> {
+    inner: &'a mut dyn CallObserver,
+    announce: mpsc::UnboundedSender<Announce>,
+}
+
+impl CallObserver for RoomObserver<'_> {
     fn turn_event(&mut self, event: &sublet_turn_detect::TurnEvent) {
         if matches!(event, sublet_turn_detect::TurnEvent::EndOfTurn { .. }) {
-            let _ = self.states.send("thinking");
+            let _ = self.announce.send(Announce::State("thinking"));
         }
         self.inner.turn_event(event);
     }
 
     fn turn_answered(&mut self, turn: &TurnRecord) {
+        for (from_caller, text, side) in [
+            (true, &turn.transcript, "user"),
+            (false, &turn.reply, "agent"),
+        ] {
+            let _ = self.announce.send(Announce::Transcript {
+                from_caller,
+                text: text.clone(),
+                segment: format!("SG_{}_{side}", turn.index),
+            });
+        }
         self.inner.turn_answered(turn);
     }
 }
@@ -75,19 +100,46 @@ impl VoiceAgent {
         let (room, mut events) = runtime.block_on(RoomConnection::join(url, token))?;
         let room = std::sync::Arc::new(room);
         let mut voice = runtime.block_on(room.publish_audio(VOICE_RATE))?;
-        // The agent's state, in the order it changes.
-        let (states, mut state_rx) = mpsc::unbounded_channel::<&'static str>();
+        // What the room is told, in order: the agent's state and the transcripts.
+        let (announce, mut announcements) = mpsc::unbounded_channel::<Announce>();
+        let caller_identity = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
         let announcer = {
             let room = room.clone();
+            let caller_identity = caller_identity.clone();
             runtime.spawn(async move {
-                while let Some(state) = state_rx.recv().await {
-                    room.set_attributes(&[(AGENT_STATE, state)]).await;
+                while let Some(announcement) = announcements.recv().await {
+                    match announcement {
+                        Announce::State(state) => {
+                            room.set_attributes(&[(AGENT_STATE, state)]).await
+                        }
+                        Announce::Transcript {
+                            from_caller,
+                            text,
+                            segment,
+                        } => {
+                            let caller = caller_identity
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .clone();
+                            let sender = if from_caller { caller.as_deref() } else { None };
+                            let attributes = [
+                                ("lk.transcription_final", "true"),
+                                ("lk.segment_id", segment.as_str()),
+                            ];
+                            if let Err(e) = room
+                                .send_text(TRANSCRIPTION_TOPIC, &text, &attributes, sender)
+                                .await
+                            {
+                                eprintln!("room: a transcript was not sent: {e:#}");
+                            }
+                        }
+                    }
                 }
             })
         };
-        let _ = states.send("listening");
+        let _ = announce.send(Announce::State("listening"));
         let (speech_tx, mut speech) = mpsc::unbounded_channel::<Audio>();
-        let speaker_states = states.clone();
+        let speaker_states = announce.clone();
         // The agent's track carries audio all the time, silence between replies, as a
         // microphone's would: the caller's jitter buffer then never restarts mid-call.
         let speaker = runtime.spawn(async move {
@@ -98,7 +150,7 @@ impl VoiceAgent {
                     Ok(Some(audio)) => {
                         if !speaking {
                             speaking = true;
-                            let _ = speaker_states.send("speaking");
+                            let _ = speaker_states.send(Announce::State("speaking"));
                         }
                         voice.send(&audio.resampled(VOICE_RATE).samples).await?
                     }
@@ -106,7 +158,7 @@ impl VoiceAgent {
                     Err(_) => {
                         if speaking {
                             speaking = false;
-                            let _ = speaker_states.send("listening");
+                            let _ = speaker_states.send(Announce::State("listening"));
                         }
                         voice.send(&silence).await?
                     }
@@ -115,6 +167,7 @@ impl VoiceAgent {
             voice.finish().await
         });
         let (audio_tx, audio_in) = std::sync::mpsc::channel::<Vec<f32>>();
+        let listener_caller = caller_identity.clone();
         let listener = runtime.spawn(async move {
             let mut caller: Option<String> = None;
             let joined = Instant::now();
@@ -124,6 +177,9 @@ impl VoiceAgent {
                 tokio::select! {
                     event = events.recv() => match event {
                         Some(RoomEvent::Audio { identity, samples }) => {
+                            if caller.is_none() {
+                                *listener_caller.lock().unwrap_or_else(|e| e.into_inner()) = Some(identity.clone());
+                            }
                             if *caller.get_or_insert_with(|| identity.clone()) == identity {
                                 last_audio = Instant::now();
                                 if audio_tx.send(samples).is_err() {
@@ -151,13 +207,13 @@ impl VoiceAgent {
             };
             (caller, ended)
         });
-        let mut observer = StateObserver {
+        let mut observer = RoomObserver {
             inner: observer,
-            states: states.clone(),
+            announce: announce.clone(),
         };
         let turns = self.answer_live(audio_in, Box::new(RoomVoice(speech_tx)), &mut observer);
         drop(observer);
-        drop(states);
+        drop(announce);
         let (caller, ended) = runtime
             .block_on(listener)
             .map_err(|e| anyhow!("the room listener failed: {e}"))?;

@@ -3,16 +3,19 @@
 //! from Opus and resampled to the pipeline's 16 kHz.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
 use livekit_protocol as proto;
 use livekit_signaling::{SignalClient, SignalEvent, SignalOptions};
+use prost::Message as _;
 use proto::signal_request::Message as Request;
 use proto::signal_response::Message as Reply;
 use sublet_audio::StreamResampler;
 use tokio::sync::{mpsc, oneshot};
+use webrtc::data_channel::DataChannel;
 use webrtc::media_stream::track_remote::{TrackRemote, TrackRemoteEvent};
 
 use super::peer::{media_ip, Peer};
@@ -49,6 +52,9 @@ pub struct RoomConnection {
     subscriber: Arc<Peer>,
     publisher: Arc<Peer>,
     waiting: Arc<Waiting>,
+    data: Arc<dyn DataChannel>,
+    next_stream: AtomicU64,
+    pub identity: String,
     pub participant_sid: String,
     pub room_name: String,
 }
@@ -94,8 +100,14 @@ impl RoomConnection {
                 .collect(),
         ));
         let (tracks_tx, tracks) = mpsc::unbounded_channel();
-        let subscriber = Arc::new(Peer::new(media_ip(), Some(tracks_tx)).await?);
-        let publisher = Arc::new(Peer::new(media_ip(), None).await?);
+        let subscriber = Arc::new(Peer::new(media_ip(), Some(tracks_tx), None).await?);
+        let publisher = Arc::new(Peer::new(media_ip(), None, None).await?);
+        // LiveKit's reliable data channel, negotiated with the publisher connection.
+        let data = publisher.data_channel("_reliable").await?;
+        tokio::spawn({
+            let data = data.clone();
+            async move { while data.poll().await.is_some() {} }
+        });
         let signal = Arc::new(signal);
         let waiting = Arc::new(Waiting::default());
         let (room_events, room_rx) = mpsc::unbounded_channel();
@@ -118,6 +130,9 @@ impl RoomConnection {
                 subscriber,
                 publisher,
                 waiting,
+                data,
+                next_stream: AtomicU64::new(1),
+                identity: participant.identity,
                 participant_sid: participant.sid,
                 room_name,
             },
@@ -175,6 +190,68 @@ impl RoomConnection {
                 ..Default::default()
             }))
             .await;
+    }
+
+    /// Sends `text` as one text stream on `topic` (LiveKit's data streams: header, chunk,
+    /// trailer on the reliable channel), from the agent or on behalf of `sender`.
+    pub async fn send_text(
+        &self,
+        topic: &str,
+        text: &str,
+        attributes: &[(&str, &str)],
+        sender: Option<&str>,
+    ) -> Result<()> {
+        let stream_id = format!(
+            "ST_{}_{}",
+            self.participant_sid,
+            self.next_stream.fetch_add(1, Ordering::Relaxed)
+        );
+        let attributes: HashMap<String, String> = attributes
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let header = proto::data_stream::Header {
+            stream_id: stream_id.clone(),
+            timestamp: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as i64),
+            topic: topic.into(),
+            mime_type: "text/plain".into(),
+            total_length: Some(text.len() as u64),
+            attributes: attributes.clone(),
+            content_header: Some(proto::data_stream::header::ContentHeader::TextHeader(
+                proto::data_stream::TextHeader::default(),
+            )),
+            ..Default::default()
+        };
+        let chunk = proto::data_stream::Chunk {
+            stream_id: stream_id.clone(),
+            chunk_index: 0,
+            content: text.as_bytes().to_vec(),
+            ..Default::default()
+        };
+        let trailer = proto::data_stream::Trailer {
+            stream_id,
+            attributes,
+            ..Default::default()
+        };
+        use proto::data_packet::Value;
+        for value in [
+            Value::StreamHeader(header),
+            Value::StreamChunk(chunk),
+            Value::StreamTrailer(trailer),
+        ] {
+            let packet = proto::DataPacket {
+                participant_identity: sender.unwrap_or(&self.identity).to_owned(),
+                value: Some(value),
+                ..Default::default()
+            };
+            self.data
+                .send(bytes::BytesMut::from(&packet.encode_to_vec()[..]))
+                .await
+                .context("sending on the reliable data channel")?;
+        }
+        Ok(())
     }
 
     /// Leaves the room.

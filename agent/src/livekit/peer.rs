@@ -23,6 +23,7 @@ use rtc::rtp_transceiver::rtp_sender::{
     RtpCodecKind,
 };
 use tokio::sync::{mpsc, watch};
+use webrtc::data_channel::DataChannel;
 use webrtc::media_stream::track_local::static_rtp::TrackLocalStaticRTP;
 use webrtc::media_stream::track_local::TrackLocal;
 use webrtc::media_stream::track_remote::TrackRemote;
@@ -43,6 +44,7 @@ pub fn media_ip() -> IpAddr {
 struct Handler {
     gathered: watch::Sender<bool>,
     remote_tracks: Option<mpsc::UnboundedSender<Arc<dyn TrackRemote>>>,
+    remote_data: Option<mpsc::UnboundedSender<Arc<dyn DataChannel>>>,
 }
 
 #[async_trait::async_trait]
@@ -54,6 +56,12 @@ impl PeerConnectionEventHandler for Handler {
     async fn on_track(&self, track: Arc<dyn TrackRemote>) {
         if let Some(tracks) = &self.remote_tracks {
             let _ = tracks.send(track);
+        }
+    }
+
+    async fn on_data_channel(&self, channel: Arc<dyn DataChannel>) {
+        if let Some(channels) = &self.remote_data {
+            let _ = channels.send(channel);
         }
     }
 }
@@ -115,11 +123,12 @@ fn codecs() -> Result<MediaEngine> {
 }
 
 impl Peer {
-    /// A peer connection gathering on `ip`; tracks the other side sends on it go to
-    /// `remote_tracks`.
+    /// A peer connection gathering on `ip`; tracks and data channels the other side opens
+    /// on it go to `remote_tracks` and `remote_data`.
     pub async fn new(
         ip: IpAddr,
         remote_tracks: Option<mpsc::UnboundedSender<Arc<dyn TrackRemote>>>,
+        remote_data: Option<mpsc::UnboundedSender<Arc<dyn DataChannel>>>,
     ) -> Result<Self> {
         let mut media = codecs()?;
         let registry = register_default_interceptors(Registry::new(), &mut media)?;
@@ -131,6 +140,7 @@ impl Peer {
             .with_handler(Arc::new(Handler {
                 gathered: gathered_tx,
                 remote_tracks,
+                remote_data,
             }))
             .with_udp_addrs(vec![format!("{ip}:0")])
             .build()
@@ -160,6 +170,11 @@ impl Peer {
     pub async fn accept_answer(&self, answer: String) -> Result<()> {
         self.set_remote(RTCSessionDescription::answer(answer)?)
             .await
+    }
+
+    /// Opens an ordered, reliable data channel (LiveKit's `_reliable`).
+    pub async fn data_channel(&self, label: &str) -> Result<Arc<dyn DataChannel>> {
+        Ok(self.connection.create_data_channel(label, None).await?)
     }
 
     /// Adds an Opus track this connection will send.

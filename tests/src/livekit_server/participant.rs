@@ -7,12 +7,14 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use axum::extract::ws::{Message, WebSocket};
+use bytes::BytesMut;
 use livekit_api::access_token::Claims;
 use livekit_protocol as proto;
 use prost::Message as _;
 use proto::signal_request::Message as Request;
 use proto::signal_response::Message as Reply;
 use tokio::sync::{mpsc, oneshot};
+use webrtc::data_channel::{DataChannel, DataChannelEvent};
 use webrtc::media_stream::track_remote::{TrackRemote, TrackRemoteEvent};
 
 use super::{now_ms, RoomState, ServerState};
@@ -32,6 +34,8 @@ pub struct Participant {
     /// Tracks announced by `AddTrack` and not yet arrived, by the client's id (`cid`).
     pending: Mutex<Vec<(String, proto::TrackInfo)>>,
     published: Mutex<Vec<Published>>,
+    /// The `_reliable` data channel the client opened: data packets come and go on it.
+    reliable: Mutex<Option<Arc<dyn DataChannel>>>,
     /// One subscriber negotiation at a time; the client's answer to the one in flight.
     negotiation: tokio::sync::Mutex<()>,
     answer: Mutex<Option<oneshot::Sender<String>>>,
@@ -112,11 +116,13 @@ pub async fn serve(state: Arc<ServerState>, claims: Claims, mut socket: WebSocke
     let sid = info.sid.clone();
     let (signal, mut outbox) = mpsc::unbounded_channel::<Reply>();
     let (remote_tx, mut remote_tracks) = mpsc::unbounded_channel();
+    let (data_tx, mut data_channels) = mpsc::unbounded_channel::<Arc<dyn DataChannel>>();
     let me = Arc::new(Participant {
         info: Mutex::new(info.clone()),
         signal,
-        publisher: Peer::new(state.media_ip, Some(remote_tx)).await?,
-        subscriber: Peer::new(state.media_ip, None).await?,
+        publisher: Peer::new(state.media_ip, Some(remote_tx), Some(data_tx)).await?,
+        subscriber: Peer::new(state.media_ip, None, None).await?,
+        reliable: Mutex::new(None),
         pending: Mutex::new(Vec::new()),
         published: Mutex::new(Vec::new()),
         negotiation: tokio::sync::Mutex::new(()),
@@ -177,6 +183,14 @@ pub async fn serve(state: Arc<ServerState>, claims: Claims, mut socket: WebSocke
             track = remote_tracks.recv() => {
                 if let Some(track) = track {
                     publish(&state, &room_name, &me, track).await;
+                }
+            }
+            channel = data_channels.recv() => {
+                if let Some(channel) = channel {
+                    if channel.label().await.is_ok_and(|l| l == "_reliable") {
+                        *lock(&me.reliable) = Some(channel.clone());
+                        tokio::spawn(relay(state.clone(), room_name.clone(), me.clone(), channel));
+                    }
                 }
             }
             incoming = socket.recv() => {
@@ -353,6 +367,37 @@ async fn publish(
         subscribe(other, publisher.clone(), info.clone(), outputs.clone());
     }
     tokio::spawn(forward(track, outputs));
+}
+
+/// Relays the data packets a participant sends (text streams among them) to everyone else
+/// in the room, naming the sender unless it sends on someone's behalf.
+async fn relay(
+    state: Arc<ServerState>,
+    room: String,
+    me: Arc<Participant>,
+    channel: Arc<dyn DataChannel>,
+) {
+    while let Some(event) = channel.poll().await {
+        let DataChannelEvent::OnMessage(message) = event else {
+            continue;
+        };
+        let Ok(mut packet) = proto::DataPacket::decode(&message.data[..]) else {
+            eprintln!("livekit test server: a data message that is not a DataPacket");
+            continue;
+        };
+        let info = me.info();
+        if packet.participant_identity.is_empty() {
+            packet.participant_identity = info.identity.clone();
+        }
+        packet.participant_sid = info.sid.clone();
+        let bytes = BytesMut::from(&packet.encode_to_vec()[..]);
+        for other in others(&state, &room, &info.sid) {
+            let target = lock(&other.reliable).clone();
+            if let Some(target) = target {
+                let _ = target.send(bytes.clone()).await;
+            }
+        }
+    }
 }
 
 /// Copies a published track's packets to every subscriber's output track.
