@@ -13,9 +13,15 @@ const KEY: &str = "devkey";
 const SECRET: &str = "a-secret-long-enough-for-hs256-signing";
 const JFK: &str = "And so my fellow Americans, ask not what your country can do for you, ask what you can do for your country.";
 
-#[test]
-fn the_agent_hears_the_caller_through_webrtc_and_opus() {
-    let cache = ModelCache::from_env();
+/// A test server with the agent already in `room`.
+fn agent_in_room(
+    room: &str,
+) -> (
+    TestServer,
+    tokio::runtime::Runtime,
+    RoomConnection,
+    tokio::sync::mpsc::UnboundedReceiver<RoomEvent>,
+) {
     let server = TestServer::start(KEY, SECRET).unwrap();
     let credentials = LiveKitCredentials {
         url: server.url.clone(),
@@ -23,10 +29,17 @@ fn the_agent_hears_the_caller_through_webrtc_and_opus() {
         api_secret: SECRET.into(),
     };
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let token = credentials.agent_token("call-5", "sublet-agent").unwrap();
-    let (room, mut events) = runtime
+    let token = credentials.agent_token(room, "sublet-agent").unwrap();
+    let (connection, events) = runtime
         .block_on(RoomConnection::join(&credentials.url, &token))
         .unwrap();
+    (server, runtime, connection, events)
+}
+
+#[test]
+fn the_agent_hears_the_caller_through_webrtc_and_opus() {
+    let cache = ModelCache::from_env();
+    let (server, runtime, room, mut events) = agent_in_room("call-5");
     assert_eq!(room.room_name, "call-5");
 
     let url = server.url.clone();
@@ -74,17 +87,7 @@ fn the_agent_hears_the_caller_through_webrtc_and_opus() {
 #[test]
 fn the_caller_hears_the_agent_through_webrtc_and_opus() {
     let cache = ModelCache::from_env();
-    let server = TestServer::start(KEY, SECRET).unwrap();
-    let credentials = LiveKitCredentials {
-        url: server.url.clone(),
-        api_key: KEY.into(),
-        api_secret: SECRET.into(),
-    };
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let token = credentials.agent_token("call-6", "sublet-agent").unwrap();
-    let (room, mut events) = runtime
-        .block_on(RoomConnection::join(&credentials.url, &token))
-        .unwrap();
+    let (server, runtime, room, mut events) = agent_in_room("call-6");
     // Published before the caller comes, as a call's agent does: the caller is sent the
     // track as it joins.
     let speech = sublet_audio::read_wav(cache.jfk_wav().unwrap()).unwrap();

@@ -140,17 +140,8 @@ fn demo(extra: &[String]) -> Result<()> {
     std::fs::create_dir_all(&out)?;
     let call = cache.call(calls::DEMO_CALL)?;
     eprintln!("demo: building and answering {}", call.display());
-    let mut command = cargo();
+    let mut command = cargo_run("sublet-demos", "playback");
     command
-        .args([
-            "run",
-            "--release",
-            "-p",
-            "sublet-demos",
-            "--bin",
-            "playback",
-            "--",
-        ])
         .arg(&call)
         .arg("--out")
         .arg(out.join("reply.wav"))
@@ -162,19 +153,16 @@ fn demo(extra: &[String]) -> Result<()> {
 
 fn probe(extra: &[String]) -> Result<()> {
     setup()?;
-    let mut command = cargo();
-    command
-        .args([
-            "run",
-            "--release",
-            "-p",
-            "sublet-engine",
-            "--bin",
-            "make_room_probe",
-            "--",
-        ])
-        .args(extra);
+    let mut command = cargo_run("sublet-engine", "make_room_probe");
+    command.args(extra);
     run(command)
+}
+
+/// `cargo run --release -p PACKAGE --bin BIN --`, arguments to follow.
+fn cargo_run(package: &str, bin: &str) -> Command {
+    let mut command = cargo();
+    command.args(["run", "--release", "-p", package, "--bin", bin, "--"]);
+    command
 }
 
 fn test(extra: &[String]) -> Result<()> {

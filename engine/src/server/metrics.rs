@@ -129,6 +129,9 @@ impl Metrics {
     }
 }
 
+/// A metric family: name, kind, help, and its samples (labels, value).
+type Family = (&'static str, &'static str, &'static str, Vec<(String, u64)>);
+
 /// The engine's scheduler: make-room's switches and counters, KV use, queue lengths. Empty
 /// when mistral.rs's own scheduler runs the engine.
 pub fn render_scheduler(state: &SchedulerState) -> String {
@@ -136,12 +139,6 @@ pub fn render_scheduler(state: &SchedulerState) -> String {
     if !state.make_room {
         return out;
     }
-    let mut family = |name: &str, kind: &str, help: &str, samples: &[(String, u64)]| {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        for (labels, value) in samples {
-            let _ = writeln!(out, "{name}{labels} {value}");
-        }
-    };
     let plain = |value: u64| vec![(String::new(), value)];
     let by_priority = |counts: &[(i32, usize)]| -> Vec<(String, u64)> {
         counts
@@ -161,100 +158,108 @@ pub fn render_scheduler(state: &SchedulerState) -> String {
     .iter()
     .map(|(name, on)| (format!("{{switch=\"{name}\"}}"), u64::from(*on)))
     .collect();
-    family(
-        "sublet_make_room_switch",
-        "gauge",
-        "make-room's switches (1 on, 0 off).",
-        &switches,
-    );
-    family(
-        "sublet_kv_used_tokens",
-        "gauge",
-        "KV in use by running requests, in tokens.",
-        &plain(state.kv_used_tokens as u64),
-    );
-    family(
-        "sublet_kv_budget_tokens",
-        "gauge",
-        "The engine's KV budget, in tokens.",
-        &plain(state.kv_budget_tokens as u64),
-    );
-    family(
-        "sublet_scheduler_running",
-        "gauge",
-        "Requests running, by priority.",
-        &by_priority(&state.running_by_priority),
-    );
-    family(
-        "sublet_scheduler_waiting",
-        "gauge",
-        "Requests waiting, by priority.",
-        &by_priority(&state.waiting_by_priority),
-    );
     let c = &state.counters;
-    family(
-        "sublet_scheduler_steps_total",
-        "counter",
-        "Steps the scheduler planned.",
-        &plain(c.steps),
-    );
-    family(
-        "sublet_prefill_chunks_total",
-        "counter",
-        "Prompt chunks computed.",
-        &plain(c.prefill_chunks),
-    );
-    family(
-        "sublet_prefill_tokens_total",
-        "counter",
-        "Prompt tokens computed.",
-        &plain(c.prefill_tokens),
-    );
-    family(
-        "sublet_decode_tokens_total",
-        "counter",
-        "Tokens decoded.",
-        &plain(c.decode_tokens),
-    );
-    family(
-        "sublet_preemptions_total",
-        "counter",
-        "Running requests preempted: to let another grow, or to admit a more urgent one.",
-        &[
-            ("{reason=\"growth\"}".into(), c.growth_preemptions),
-            ("{reason=\"kv\"}".into(), c.kv_preemptions),
-        ],
-    );
-    family(
-        "sublet_held_request_steps_total",
-        "counter",
-        "Request-steps held back by the budget cap, the decode hold or a turn hint.",
-        &plain(c.held_request_steps),
-    );
-    family(
-        "sublet_hold_releases_total",
-        "counter",
-        "Holds let go because a request had waited the window.",
-        &plain(c.hold_releases),
-    );
-    family(
-        "sublet_turn_hints_total",
-        "counter",
-        "Turn hints seen.",
-        &plain(c.hints_seen),
-    );
-    family(
-        "sublet_kv_refused_total",
-        "counter",
-        "Requests refused: they would need more KV than the budget.",
-        &plain(c.refused),
-    );
-    family(
-        "sublet_scheduler_nanoseconds_total",
-        "counter",
-        "Time the scheduler spent deciding.",
-        &plain(state.schedule_ns),
-    );
+    let families: [Family; 15] = [
+        (
+            "sublet_make_room_switch",
+            "gauge",
+            "make-room's switches (1 on, 0 off).",
+            switches,
+        ),
+        (
+            "sublet_kv_used_tokens",
+            "gauge",
+            "KV in use by running requests, in tokens.",
+            plain(state.kv_used_tokens as u64),
+        ),
+        (
+            "sublet_kv_budget_tokens",
+            "gauge",
+            "The engine's KV budget, in tokens.",
+            plain(state.kv_budget_tokens as u64),
+        ),
+        (
+            "sublet_scheduler_running",
+            "gauge",
+            "Requests running, by priority.",
+            by_priority(&state.running_by_priority),
+        ),
+        (
+            "sublet_scheduler_waiting",
+            "gauge",
+            "Requests waiting, by priority.",
+            by_priority(&state.waiting_by_priority),
+        ),
+        (
+            "sublet_scheduler_steps_total",
+            "counter",
+            "Steps the scheduler planned.",
+            plain(c.steps),
+        ),
+        (
+            "sublet_prefill_chunks_total",
+            "counter",
+            "Prompt chunks computed.",
+            plain(c.prefill_chunks),
+        ),
+        (
+            "sublet_prefill_tokens_total",
+            "counter",
+            "Prompt tokens computed.",
+            plain(c.prefill_tokens),
+        ),
+        (
+            "sublet_decode_tokens_total",
+            "counter",
+            "Tokens decoded.",
+            plain(c.decode_tokens),
+        ),
+        (
+            "sublet_preemptions_total",
+            "counter",
+            "Running requests preempted: to let another grow, or to admit a more urgent one.",
+            vec![
+                ("{reason=\"growth\"}".into(), c.growth_preemptions),
+                ("{reason=\"kv\"}".into(), c.kv_preemptions),
+            ],
+        ),
+        (
+            "sublet_held_request_steps_total",
+            "counter",
+            "Request-steps held back by the budget cap, the decode hold or a turn hint.",
+            plain(c.held_request_steps),
+        ),
+        (
+            "sublet_hold_releases_total",
+            "counter",
+            "Holds let go because a request had waited the window.",
+            plain(c.hold_releases),
+        ),
+        (
+            "sublet_turn_hints_total",
+            "counter",
+            "Turn hints seen.",
+            plain(c.hints_seen),
+        ),
+        (
+            "sublet_kv_refused_total",
+            "counter",
+            "Requests refused: they would need more KV than the budget.",
+            plain(c.refused),
+        ),
+        (
+            "sublet_scheduler_nanoseconds_total",
+            "counter",
+            "Time the scheduler spent deciding.",
+            plain(state.schedule_ns),
+        ),
+    ];
+    for (name, kind, help, samples) in families {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for (labels, value) in samples {
+            let _ = writeln!(out, "{name}{labels} {value}");
+        }
+    }
     out
 }
 
