@@ -68,10 +68,12 @@ fn a_caller_in_a_livekit_room_hears_the_agent_answer() {
     assert_eq!(call.turns.len(), 1, "{:?}", call.turns);
     let turn = &call.turns[0];
     eprintln!(
-        "agent: {:?} → {:?} (voice to voice {:.2} s by the agent's clock)",
+        "agent: {:?} → {:?} (voice to voice {:.2} s by the agent's clock; end-of-turn score {:?}; stages {:?} s)",
         turn.transcript,
         turn.reply,
-        turn.voice_to_voice_s()
+        turn.voice_to_voice_s(),
+        turn.end_of_turn_score,
+        turn.stage_latencies()
     );
     assert!(
         word_error_rate("Good morning. Is it going to rain today?", &turn.transcript) < 0.35,
