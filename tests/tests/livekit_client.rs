@@ -4,7 +4,6 @@
 
 use std::time::Duration;
 
-use serde_json::Value;
 use sublet_tests::livekit_server::TestServer;
 use sublet_tests::official_clients::{livekit_caller, room_token};
 
@@ -15,14 +14,10 @@ fn token(secret: &str, identity: &str, room: &str, ttl: Duration) -> String {
     room_token(KEY, secret, identity, room, ttl)
 }
 
-fn caller(url: &str, token: &str, args: &[&str]) -> (bool, Vec<Value>) {
-    livekit_caller(url, token, args)
-}
-
 #[test]
 fn the_official_client_joins_a_room_and_leaves() {
     let server = TestServer::start(KEY, SECRET).unwrap();
-    let (ok, events) = caller(
+    let (ok, events) = livekit_caller(
         &server.url,
         &token(SECRET, "caller", "call-1", Duration::from_secs(600)),
         &[],
@@ -65,7 +60,7 @@ fn a_wrong_secret_or_an_expired_token_is_refused_with_a_clear_error() {
         ),
         ("expired", expired),
     ] {
-        let (ok, events) = caller(&server.url, &token, &[]);
+        let (ok, events) = livekit_caller(&server.url, &token, &[]);
         assert!(!ok, "{what}: {events:?}");
         let error = events
             .iter()
@@ -85,10 +80,11 @@ fn a_published_microphone_track_reaches_the_other_participant() {
     let server = TestServer::start(KEY, SECRET).unwrap();
     let url = server.url.clone();
     let listener_token = token(SECRET, "bob", "call-3", Duration::from_secs(600));
-    let listener = std::thread::spawn(move || caller(&url, &listener_token, &["--listen", "7"]));
+    let listener =
+        std::thread::spawn(move || livekit_caller(&url, &listener_token, &["--listen", "7"]));
     std::thread::sleep(Duration::from_millis(1500));
     let speaker_token = token(SECRET, "alice", "call-3", Duration::from_secs(600));
-    let (ok, spoken) = caller(&server.url, &speaker_token, &["--publish-tone", "4"]);
+    let (ok, spoken) = livekit_caller(&server.url, &speaker_token, &["--publish-tone", "4"]);
     assert!(ok, "{spoken:?}");
     assert!(
         spoken.iter().any(|e| e["event"] == "published"),

@@ -76,15 +76,6 @@ fn others(state: &ServerState, room: &str, me: &str) -> Vec<Arc<Participant>> {
     })
 }
 
-/// The name of the room `sid` is in.
-fn room_of(state: &ServerState, sid: &str) -> String {
-    lock(&state.rooms)
-        .iter()
-        .find(|(_, room)| room.participants.contains_key(sid))
-        .map(|(name, _)| name.clone())
-        .unwrap_or_default()
-}
-
 fn participant_info(state: &ServerState, claims: &Claims) -> proto::ParticipantInfo {
     proto::ParticipantInfo {
         sid: state.id("PA_"),
@@ -202,7 +193,7 @@ pub async fn serve(state: Arc<ServerState>, claims: Claims, mut socket: WebSocke
                 };
                 let request = proto::SignalRequest::decode(data.as_ref())
                     .context("a signal request that is not LiveKit protobuf")?;
-                if !handle(&state, &me, request.message, &mut socket).await? {
+                if !handle(&state, &room_name, &me, request.message, &mut socket).await? {
                     break Ok(());
                 }
             }
@@ -232,6 +223,7 @@ pub async fn serve(state: Arc<ServerState>, claims: Claims, mut socket: WebSocke
 /// Handles one signal request; `false` when the participant leaves.
 async fn handle(
     state: &ServerState,
+    room: &str,
     me: &Participant,
     request: Option<Request>,
     socket: &mut WebSocket,
@@ -300,7 +292,7 @@ async fn handle(
                     info.version += 1;
                     info.clone()
                 };
-                let everyone = others(state, &room_of(state, &info.sid), "");
+                let everyone = others(state, room, "");
                 for p in everyone {
                     p.send(Reply::Update(proto::ParticipantUpdate {
                         participants: vec![info.clone()],
