@@ -145,6 +145,12 @@ async function main() {
     const text = await reader.readAll();
     report('transcription', { identity, text, attributes: reader.info.attributes });
   });
+  room.on(RoomEvent.Reconnecting, () => report('reconnecting'));
+  room.on(RoomEvent.Reconnected, () => report('reconnected'));
+  room.on(RoomEvent.Disconnected, (reason) => report('room_disconnected', { reason }));
+  room.on(RoomEvent.ParticipantDisconnected, (participant) => {
+    report('participant_left', { identity: participant.identity });
+  });
   room.on(RoomEvent.ParticipantAttributesChanged, (changed, participant) => {
     report('attributes', { identity: participant.identity, changed });
   });

@@ -17,6 +17,21 @@ const SECRET: &str = "a-secret-long-enough-for-hs256-signing";
 
 #[test]
 fn a_caller_in_a_livekit_room_hears_the_agent_answer() {
+    answer_a_call("call-7", None);
+}
+
+#[test]
+fn a_call_goes_on_when_the_agents_signal_connection_drops_mid_question() {
+    // The caller joins at 2 s and asks from about 3 s to 8 s.
+    answer_a_call("call-8", Some(Duration::from_millis(5500)));
+}
+
+/// One question asked and answered; with `drop_signal_at`, the server drops the agent's
+/// signal connection that long after the agent joined, and the call must go on regardless.
+fn answer_a_call(room: &'static str, drop_signal_at: Option<Duration>) {
+    // One call at a time: two pipelines on two cores would blur the latencies the test prints.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let cache = ModelCache::from_env();
     // The first question of a recorded call ("Good morning. Is it going to rain today?").
     let call = read_wav(cache.call("quick_questions.wav").unwrap()).unwrap();
@@ -44,7 +59,7 @@ fn a_caller_in_a_livekit_room_hears_the_agent_answer() {
     let caller = std::thread::spawn(move || {
         // Give the agent a moment to join first, as a dispatched agent would.
         std::thread::sleep(Duration::from_secs(2));
-        let token = room_token(KEY, SECRET, "caller", "call-7", Duration::from_secs(600));
+        let token = room_token(KEY, SECRET, "caller", room, Duration::from_secs(600));
         livekit_caller(
             &url,
             &token,
@@ -58,10 +73,26 @@ fn a_caller_in_a_livekit_room_hears_the_agent_answer() {
             ],
         )
     });
-    let token = credentials.agent_token("call-7", "sublet-agent").unwrap();
-    let call = agent
-        .answer_room(runtime.handle(), &credentials.url, &token, &mut Quiet)
-        .unwrap();
+    let token = credentials.agent_token(room, "sublet-agent").unwrap();
+    let call = std::thread::scope(|scope| {
+        if let Some(at) = drop_signal_at {
+            let server = &server;
+            scope.spawn(move || {
+                std::thread::sleep(at);
+                assert!(server.drop_signal(room, "sublet-agent"));
+            });
+        }
+        agent
+            .answer_room(runtime.handle(), &credentials.url, &token, &mut Quiet)
+            .unwrap()
+    });
+    let expected_resumes = usize::from(drop_signal_at.is_some());
+    assert_eq!(
+        call.signal_resumes.len(),
+        expected_resumes,
+        "{}",
+        call.ended
+    );
     let (ok, events) = caller.join().unwrap();
     assert!(ok, "{events:?}");
     assert_eq!(call.caller.as_deref(), Some("caller"), "{}", call.ended);

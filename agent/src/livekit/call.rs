@@ -28,6 +28,8 @@ pub struct RoomCall {
     /// The identity of the participant the agent answered.
     pub caller: Option<String>,
     pub turns: Vec<TurnRecord>,
+    /// How long each resume of a dropped signal connection took.
+    pub signal_resumes: Vec<Duration>,
     /// Why the call ended.
     pub ended: String,
 }
@@ -170,6 +172,7 @@ impl VoiceAgent {
         let listener_caller = caller_identity.clone();
         let listener = runtime.spawn(async move {
             let mut caller: Option<String> = None;
+            let mut resumes = Vec::new();
             let joined = Instant::now();
             let mut last_audio = Instant::now();
             let mut tick = tokio::time::interval(TICK);
@@ -190,6 +193,13 @@ impl VoiceAgent {
                         Some(RoomEvent::ParticipantLeft { identity }) if caller.as_ref() == Some(&identity) => {
                             break format!("{identity} left the room");
                         }
+                        Some(RoomEvent::Resumed { dropped, attempts, after }) => {
+                            eprintln!(
+                                "room: the signal connection dropped ({dropped}); resumed in {:.2} s ({attempts} attempts)",
+                                after.as_secs_f64()
+                            );
+                            resumes.push(after);
+                        }
                         Some(RoomEvent::Disconnected { reason }) => break reason,
                         Some(_) => {}
                         None => break "the room connection ended".to_owned(),
@@ -205,7 +215,7 @@ impl VoiceAgent {
                     }
                 }
             };
-            (caller, ended)
+            (caller, resumes, ended)
         });
         let mut observer = RoomObserver {
             inner: observer,
@@ -214,7 +224,7 @@ impl VoiceAgent {
         let turns = self.answer_live(audio_in, Box::new(RoomVoice(speech_tx)), &mut observer);
         drop(observer);
         drop(announce);
-        let (caller, ended) = runtime
+        let (caller, signal_resumes, ended) = runtime
             .block_on(listener)
             .map_err(|e| anyhow!("the room listener failed: {e}"))?;
         // Let the last reply finish playing before leaving.
@@ -224,6 +234,7 @@ impl VoiceAgent {
         Ok(RoomCall {
             caller,
             turns: turns?,
+            signal_resumes,
             ended,
         })
     }

@@ -3,13 +3,13 @@
 //! from Opus and resampled to the pipeline's 16 kHz.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
 use livekit_protocol as proto;
-use livekit_signaling::{SignalClient, SignalEvent, SignalOptions};
+use livekit_signaling::{SignalClient, SignalError, SignalEvent, SignalOptions};
 use prost::Message as _;
 use proto::signal_request::Message as Request;
 use proto::signal_response::Message as Reply;
@@ -40,11 +40,22 @@ pub enum RoomEvent {
         identity: String,
         samples: Vec<f32>,
     },
+    /// The signal connection dropped and was resumed; media flowed on meanwhile.
+    Resumed {
+        /// Why it dropped.
+        dropped: String,
+        attempts: u32,
+        after: Duration,
+    },
     /// The room connection ended, and why.
     Disconnected {
         reason: String,
     },
 }
+
+/// The waits before each attempt to resume a dropped signal connection (about 16 s in
+/// all, as LiveKit's own clients retry); a server that refuses the resume ends it at once.
+const RESUME_BACKOFF_MS: [u64; 8] = [0, 250, 500, 1_000, 2_000, 4_000, 4_000, 4_000];
 
 /// The agent's connection to one room.
 pub struct RoomConnection {
@@ -54,6 +65,8 @@ pub struct RoomConnection {
     waiting: Arc<Waiting>,
     data: Arc<dyn DataChannel>,
     next_stream: AtomicU64,
+    /// Set once the agent leaves, so that the signal loop does not resume what it closed.
+    leaving: Arc<AtomicBool>,
     pub identity: String,
     pub participant_sid: String,
     pub room_name: String,
@@ -67,6 +80,11 @@ type Names = Arc<Mutex<HashMap<String, String>>>;
 struct Waiting {
     answer: Mutex<Option<oneshot::Sender<String>>>,
     published: Mutex<HashMap<String, oneshot::Sender<proto::TrackInfo>>>,
+    /// What the server confirmed the agent publishes, told again after a resume.
+    tracks: Mutex<Vec<proto::TrackPublishedResponse>>,
+    /// The agent's attributes as last set, set again after a resume: an update sent into a
+    /// connection that had died without a word is lost.
+    attributes: Mutex<HashMap<String, String>>,
 }
 
 /// How long the server has to answer a publication or an offer.
@@ -111,10 +129,12 @@ impl RoomConnection {
         let signal = Arc::new(signal);
         let waiting = Arc::new(Waiting::default());
         let (room_events, room_rx) = mpsc::unbounded_channel();
+        let leaving = Arc::new(AtomicBool::new(false));
         let peers = Peers {
             subscriber: subscriber.clone(),
             publisher: publisher.clone(),
             waiting: waiting.clone(),
+            leaving: leaving.clone(),
         };
         tokio::spawn(run(
             signal.clone(),
@@ -132,6 +152,7 @@ impl RoomConnection {
                 waiting,
                 data,
                 next_stream: AtomicU64::new(1),
+                leaving,
                 identity: participant.identity,
                 participant_sid: participant.sid,
                 room_name,
@@ -180,16 +201,12 @@ impl RoomConnection {
 
     /// Sets the agent's own participant attributes (LiveKit's `lk.agent.state` among them).
     pub async fn set_attributes(&self, attributes: &[(&str, &str)]) {
-        self.signal
-            .send(Request::UpdateMetadata(proto::UpdateParticipantMetadata {
-                attributes: attributes
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect(),
-                request_id: self.signal.next_request_id(),
-                ..Default::default()
-            }))
-            .await;
+        let attributes: HashMap<String, String> = attributes
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        lock(&self.waiting.attributes).extend(attributes.clone());
+        send_attributes(&self.signal, attributes).await;
     }
 
     /// Sends `text` as one text stream on `topic` (LiveKit's data streams: header, chunk,
@@ -256,6 +273,7 @@ impl RoomConnection {
 
     /// Leaves the room.
     pub async fn leave(&self) {
+        self.leaving.store(true, Ordering::Relaxed);
         self.signal
             .send(Request::Leave(proto::LeaveRequest {
                 can_reconnect: false,
@@ -274,6 +292,7 @@ struct Peers {
     subscriber: Arc<Peer>,
     publisher: Arc<Peer>,
     waiting: Arc<Waiting>,
+    leaving: Arc<AtomicBool>,
 }
 
 /// The signal loop: the server's offers for the subscriber connection, its candidates, who
@@ -294,7 +313,26 @@ async fn run(
                         break format!("{e:#}");
                     }
                 }
-                Some(SignalEvent::Close(reason)) => break format!("the signal connection closed: {reason}"),
+                Some(SignalEvent::Close(_)) if peers.leaving.load(Ordering::Relaxed) => {
+                    break "the agent left".into()
+                }
+                Some(SignalEvent::Close(dropped)) => {
+                    let started = std::time::Instant::now();
+                    match resume(&signal, &peers).await {
+                        Ok(attempts) => {
+                            let _ = room_events.send(RoomEvent::Resumed {
+                                dropped: dropped.into_owned(),
+                                attempts,
+                                after: started.elapsed(),
+                            });
+                        }
+                        Err(e) => {
+                            break format!(
+                                "the signal connection to the LiveKit server dropped ({dropped}) and could not be resumed: {e:#}"
+                            )
+                        }
+                    }
+                }
                 None => break "the signal connection ended".into(),
             },
             track = tracks.recv() => {
@@ -342,6 +380,7 @@ async fn handle(
             }
         }
         Reply::TrackPublished(published) => {
+            lock(&peers.waiting.tracks).push(published.clone());
             if let Some(waiting) = lock(&peers.waiting.published).remove(&published.cid) {
                 let _ = waiting.send(published.track.unwrap_or_default());
             }
@@ -372,6 +411,75 @@ async fn handle(
         _ => {}
     }
     Ok(())
+}
+
+async fn send_attributes(signal: &SignalClient, attributes: HashMap<String, String>) {
+    signal
+        .send(Request::UpdateMetadata(proto::UpdateParticipantMetadata {
+            attributes,
+            request_id: signal.next_request_id(),
+            ..Default::default()
+        }))
+        .await;
+}
+
+/// Resumes the session on a new signal connection (`/rtc?reconnect=1&sid=…`), then tells
+/// the server what the agent's connections carry; the peer connections themselves never
+/// went down, so media needs nothing. Returns the attempts it took.
+async fn resume(signal: &SignalClient, peers: &Peers) -> Result<u32> {
+    let mut last_error = String::new();
+    for (attempt, wait_ms) in RESUME_BACKOFF_MS.iter().enumerate() {
+        tokio::time::sleep(Duration::from_millis(*wait_ms)).await;
+        if peers.leaving.load(Ordering::Relaxed) {
+            return Err(anyhow!("the agent left while resuming"));
+        }
+        match signal
+            .restart(proto::ReconnectReason::RrSignalDisconnected)
+            .await
+        {
+            Ok(_) => {
+                let answer = peers.subscriber.local_description().await;
+                let tracks = lock(&peers.waiting.tracks).clone();
+                signal
+                    .send(Request::SyncState(proto::SyncState {
+                        answer: answer.map(|sdp| proto::SessionDescription {
+                            r#type: "answer".into(),
+                            sdp,
+                            ..Default::default()
+                        }),
+                        publish_tracks: tracks,
+                        data_channels: vec![proto::DataChannelInfo {
+                            label: "_reliable".into(),
+                            target: proto::SignalTarget::Publisher as i32,
+                            ..Default::default()
+                        }],
+                        ..Default::default()
+                    }))
+                    .await;
+                // Sends held while the connection was down go now.
+                signal.set_reconnected().await;
+                let attributes = lock(&peers.waiting.attributes).clone();
+                if !attributes.is_empty() {
+                    send_attributes(signal, attributes).await;
+                }
+                return Ok(attempt as u32 + 1);
+            }
+            Err(SignalError::LeaveRequest { reason, action }) => {
+                return Err(anyhow!(
+                    "the server refused to resume the session (reason {reason:?}, action {action:?})"
+                ));
+            }
+            Err(e @ SignalError::Client(..)) => {
+                return Err(anyhow!("the server refused the agent's token: {e}"));
+            }
+            Err(e) => last_error = e.to_string(),
+        }
+    }
+    let total_s = RESUME_BACKOFF_MS.iter().sum::<u64>() as f64 / 1000.0;
+    Err(anyhow!(
+        "{} attempts over {total_s:.0} s failed; the last: {last_error}",
+        RESUME_BACKOFF_MS.len()
+    ))
 }
 
 /// Decodes one remote audio track to 16 kHz pieces until it ends.

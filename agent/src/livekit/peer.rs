@@ -228,6 +228,11 @@ impl Peer {
         Ok(local.sdp)
     }
 
+    /// The local description now in force (an answer, for a connection the server offers).
+    pub async fn local_description(&self) -> Option<String> {
+        self.connection.local_description().await.map(|d| d.sdp)
+    }
+
     /// A candidate the other side trickled, as LiveKit's JSON.
     pub async fn add_candidate(&self, json: &str) -> Result<()> {
         let candidate: RTCIceCandidateInit =

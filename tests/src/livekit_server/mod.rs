@@ -12,7 +12,7 @@ mod participant;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use anyhow::Result;
@@ -45,6 +45,7 @@ impl TestServer {
             media_ip: sublet_agent::livekit::peer::media_ip(),
             rooms: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
+            refuse_resumes: AtomicBool::new(false),
         });
         let app = Router::new()
             .route("/rtc", get(rtc))
@@ -73,6 +74,21 @@ impl TestServer {
         names.sort();
         names
     }
+
+    /// Drops `identity`'s signal connection in `room` without a word, as a failing network
+    /// would; `false` if nobody by that name is there. The participant may resume.
+    pub fn drop_signal(&self, room: &str, identity: &str) -> bool {
+        let participant = self.state.participant(room, |p| p.identity == identity);
+        if let Some(participant) = &participant {
+            participant.control(participant::Control::Drop);
+        }
+        participant.is_some()
+    }
+
+    /// From now on, a client that tries to resume its signal connection is told to leave.
+    pub fn refuse_resumes(&self) {
+        self.state.refuse_resumes.store(true, Ordering::Relaxed);
+    }
 }
 
 struct ServerState {
@@ -81,6 +97,7 @@ struct ServerState {
     media_ip: std::net::IpAddr,
     rooms: Mutex<HashMap<String, RoomState>>,
     next_id: AtomicU64,
+    refuse_resumes: AtomicBool,
 }
 
 impl ServerState {
@@ -90,6 +107,20 @@ impl ServerState {
             "{prefix}{:012X}",
             self.next_id.fetch_add(1, Ordering::Relaxed)
         )
+    }
+
+    fn participant(
+        &self,
+        room: &str,
+        which: impl Fn(&livekit_protocol::ParticipantInfo) -> bool,
+    ) -> Option<Arc<participant::Participant>> {
+        let rooms = self.rooms.lock().unwrap_or_else(|e| e.into_inner());
+        rooms
+            .get(room)?
+            .participants
+            .values()
+            .find(|p| which(&p.info()))
+            .cloned()
     }
 }
 
@@ -154,6 +185,25 @@ async fn rtc(
         Ok(claims) => claims,
         Err(refusal) => return refusal.into_response(),
     };
+    // A client resuming its session after its signal connection dropped.
+    if query.get("reconnect").is_some_and(|r| r == "1") {
+        let sid = query.get("sid").cloned().unwrap_or_default();
+        let resumable = state
+            .participant(&claims.video.room, |p| {
+                p.sid == sid && p.identity == claims.sub
+            })
+            .filter(|_| !state.refuse_resumes.load(Ordering::Relaxed));
+        return upgrade.on_upgrade(move |mut socket| async move {
+            match resumable {
+                Some(participant) => {
+                    participant.control(participant::Control::Resume(Box::new(socket)))
+                }
+                None => {
+                    let _ = socket.send(participant::refusal()).await;
+                }
+            }
+        });
+    }
     upgrade.on_upgrade(move |socket| async move {
         if let Err(e) = participant::serve(state, claims, socket).await {
             eprintln!("livekit test server: {e:#}");

@@ -28,7 +28,10 @@ struct Published {
 
 pub struct Participant {
     info: Mutex<proto::ParticipantInfo>,
+    /// What the participant is sent on its signal connection; held while it has none.
     signal: mpsc::UnboundedSender<Reply>,
+    /// A resumed signal connection, or the test's order to drop the current one.
+    control: mpsc::UnboundedSender<Control>,
     publisher: Peer,
     subscriber: Peer,
     /// Tracks announced by `AddTrack` and not yet arrived, by the client's id (`cid`).
@@ -41,9 +44,24 @@ pub struct Participant {
     answer: Mutex<Option<oneshot::Sender<String>>>,
 }
 
+/// What changes a participant's signal connection from outside its session.
+pub enum Control {
+    /// The client came back (`/rtc?reconnect=1&sid=…`) on this connection.
+    Resume(Box<WebSocket>),
+    /// Drop the connection without a word, as a failing network would.
+    Drop,
+}
+
+/// How long a participant whose signal connection dropped is kept for it to resume.
+const RESUME_WINDOW: Duration = Duration::from_secs(15);
+
 impl Participant {
     pub fn info(&self) -> proto::ParticipantInfo {
         lock(&self.info).clone()
+    }
+
+    pub fn control(&self, control: Control) {
+        let _ = self.control.send(control);
     }
 
     fn send(&self, message: Reply) {
@@ -63,6 +81,16 @@ fn reply(message: Reply) -> Message {
         .encode_to_vec()
         .into(),
     )
+}
+
+/// The answer to a resume the server will not allow: leave, and do not come back.
+pub fn refusal() -> Message {
+    reply(Reply::Leave(proto::LeaveRequest {
+        can_reconnect: false,
+        reason: proto::DisconnectReason::StateMismatch as i32,
+        action: proto::leave_request::Action::Disconnect as i32,
+        ..Default::default()
+    }))
 }
 
 fn others(state: &ServerState, room: &str, me: &str) -> Vec<Arc<Participant>> {
@@ -106,11 +134,13 @@ pub async fn serve(state: Arc<ServerState>, claims: Claims, mut socket: WebSocke
     let info = participant_info(&state, &claims);
     let sid = info.sid.clone();
     let (signal, mut outbox) = mpsc::unbounded_channel::<Reply>();
+    let (control, mut controls) = mpsc::unbounded_channel::<Control>();
     let (remote_tx, mut remote_tracks) = mpsc::unbounded_channel();
     let (data_tx, mut data_channels) = mpsc::unbounded_channel::<Arc<dyn DataChannel>>();
     let me = Arc::new(Participant {
         info: Mutex::new(info.clone()),
         signal,
+        control,
         publisher: Peer::new(state.media_ip, Some(remote_tx), Some(data_tx)).await?,
         subscriber: Peer::new(state.media_ip, None, None).await?,
         reliable: Mutex::new(None),
@@ -165,12 +195,53 @@ pub async fn serve(state: Arc<ServerState>, claims: Claims, mut socket: WebSocke
         }
     }
 
+    // The signal connection, while the participant has one; when it drops, the participant
+    // stays (its media keeps flowing, its messages wait) until it resumes or the window ends.
+    let mut socket = Some(socket);
+    let mut gone_since: Option<tokio::time::Instant> = None;
     let result = loop {
+        let resume_deadline = gone_since.map(|at| at + RESUME_WINDOW);
         tokio::select! {
-            outgoing = outbox.recv() => match outgoing {
-                Some(message) => socket.send(reply(message)).await?,
+            outgoing = outbox.recv(), if socket.is_some() => match outgoing {
+                Some(message) => {
+                    if let Some(s) = socket.as_mut() {
+                        if s.send(reply(message)).await.is_err() {
+                            socket = None;
+                            gone_since = Some(tokio::time::Instant::now());
+                        }
+                    }
+                }
                 None => break Ok(()),
             },
+            control = controls.recv() => match control {
+                Some(Control::Resume(mut resumed)) => {
+                    let response = proto::ReconnectResponse::default();
+                    if resumed.send(reply(Reply::Reconnect(response))).await.is_ok() {
+                        socket = Some(*resumed);
+                        gone_since = None;
+                        // Who is in the room now: LiveKit's clients take anyone missing
+                        // from this snapshot as gone.
+                        me.send(Reply::Update(proto::ParticipantUpdate {
+                            participants: others(&state, &room_name, &sid)
+                                .iter()
+                                .map(|p| p.info())
+                                .collect(),
+                        }));
+                    }
+                }
+                Some(Control::Drop) => {
+                    socket = None;
+                    gone_since.get_or_insert_with(tokio::time::Instant::now);
+                }
+                None => break Ok(()),
+            },
+            _ = sleep_until(resume_deadline) => {
+                break Err(anyhow::anyhow!(
+                    "{} did not resume its signal connection within {} s",
+                    info.identity,
+                    RESUME_WINDOW.as_secs()
+                ));
+            }
             track = remote_tracks.recv() => {
                 if let Some(track) = track {
                     publish(&state, &room_name, &me, track).await;
@@ -184,16 +255,20 @@ pub async fn serve(state: Arc<ServerState>, claims: Claims, mut socket: WebSocke
                     }
                 }
             }
-            incoming = socket.recv() => {
+            incoming = receive(&mut socket) => {
                 let data = match incoming {
                     Some(Ok(Message::Binary(data))) => data,
-                    Some(Ok(Message::Close(_))) | None => break Ok(()),
-                    Some(Ok(_)) => continue,
-                    Some(Err(e)) => break Err(e).context("signal connection"),
+                    Some(Ok(Message::Text(_) | Message::Ping(_) | Message::Pong(_))) => continue,
+                    // Closed without a leave: the client may come back.
+                    Some(Ok(Message::Close(_))) | Some(Err(_)) | None => {
+                        socket = None;
+                        gone_since = Some(tokio::time::Instant::now());
+                        continue;
+                    }
                 };
                 let request = proto::SignalRequest::decode(data.as_ref())
                     .context("a signal request that is not LiveKit protobuf")?;
-                if !handle(&state, &room_name, &me, request.message, &mut socket).await? {
+                if !handle(&state, &room_name, &me, request.message).await? {
                     break Ok(());
                 }
             }
@@ -220,24 +295,37 @@ pub async fn serve(state: Arc<ServerState>, claims: Claims, mut socket: WebSocke
     result
 }
 
-/// Handles one signal request; `false` when the participant leaves.
+/// The next message on the signal connection; never, while there is none.
+async fn receive(socket: &mut Option<WebSocket>) -> Option<Result<Message, axum::Error>> {
+    match socket {
+        Some(socket) => socket.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Handles one signal request; `false` when the participant leaves. Replies go through
+/// the participant's outbox, in order with everything else it is sent.
 async fn handle(
     state: &ServerState,
     room: &str,
     me: &Participant,
     request: Option<Request>,
-    socket: &mut WebSocket,
 ) -> Result<bool> {
     match request {
         Some(Request::Offer(offer)) => {
             let answer = me.publisher.answer(offer.sdp).await?;
-            socket
-                .send(reply(Reply::Answer(proto::SessionDescription {
-                    r#type: "answer".into(),
-                    sdp: answer,
-                    ..Default::default()
-                })))
-                .await?;
+            me.send(Reply::Answer(proto::SessionDescription {
+                r#type: "answer".into(),
+                sdp: answer,
+                ..Default::default()
+            }));
         }
         Some(Request::Answer(answer)) => {
             if let Some(waiting) = lock(&me.answer).take() {
@@ -267,14 +355,10 @@ async fn handle(
                 ..Default::default()
             };
             lock(&me.pending).push((add.cid.clone(), track.clone()));
-            socket
-                .send(reply(Reply::TrackPublished(
-                    proto::TrackPublishedResponse {
-                        cid: add.cid,
-                        track: Some(track),
-                    },
-                )))
-                .await?;
+            me.send(Reply::TrackPublished(proto::TrackPublishedResponse {
+                cid: add.cid,
+                track: Some(track),
+            }));
         }
         Some(Request::UpdateMetadata(update)) => {
             let allowed = me.info().permission.is_some_and(|p| p.can_update_metadata);
@@ -302,23 +386,19 @@ async fn handle(
             } else {
                 proto::request_response::Reason::NotAllowed
             };
-            socket
-                .send(reply(Reply::RequestResponse(proto::RequestResponse {
-                    request_id: update.request_id,
-                    reason: reason as i32,
-                    ..Default::default()
-                })))
-                .await?;
+            me.send(Reply::RequestResponse(proto::RequestResponse {
+                request_id: update.request_id,
+                reason: reason as i32,
+                ..Default::default()
+            }));
         }
         Some(Request::PingReq(ping)) => {
-            socket
-                .send(reply(Reply::PongResp(proto::Pong {
-                    last_ping_timestamp: ping.timestamp,
-                    timestamp: now_ms(),
-                })))
-                .await?;
+            me.send(Reply::PongResp(proto::Pong {
+                last_ping_timestamp: ping.timestamp,
+                timestamp: now_ms(),
+            }));
         }
-        Some(Request::Ping(_)) => socket.send(reply(Reply::Pong(now_ms()))).await?,
+        Some(Request::Ping(_)) => me.send(Reply::Pong(now_ms())),
         Some(Request::Leave(_)) => return Ok(false),
         _ => {}
     }
