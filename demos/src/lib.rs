@@ -41,27 +41,37 @@ impl SchedulerArgs {
     }
 }
 
-/// Prints each turn-taking event and each answered turn as the call goes.
-pub struct Progress;
+/// Prints each turn-taking event and each answered turn as the call goes, each line
+/// after `label` (the room's name when a worker runs several calls at once).
+#[derive(Default)]
+pub struct Progress {
+    pub label: String,
+}
 
 impl CallObserver for Progress {
     fn turn_event(&mut self, event: &TurnEvent) {
+        let label = &self.label;
         match event {
-            TurnEvent::SpeechStarted { at_s } => eprintln!("  {at_s:7.2}s  caller speaking"),
+            TurnEvent::SpeechStarted { at_s } => {
+                eprintln!("{label}  {at_s:7.2}s  caller speaking")
+            }
             TurnEvent::SpeechStopped {
                 at_s,
                 end_of_turn_score,
                 ..
             } => eprintln!(
-                "  {at_s:7.2}s  caller stopped (end-of-turn score {end_of_turn_score:.2})"
+                "{label}  {at_s:7.2}s  caller stopped (end-of-turn score {end_of_turn_score:.2})"
             ),
-            TurnEvent::EndOfTurn { decided_s, .. } => eprintln!("  {decided_s:7.2}s  end of turn"),
+            TurnEvent::EndOfTurn { decided_s, .. } => {
+                eprintln!("{label}  {decided_s:7.2}s  end of turn")
+            }
         }
     }
 
     fn turn_answered(&mut self, turn: &TurnRecord) {
         eprintln!(
-            "  turn {}: {:?} → {:?} ({:.2}s voice to voice)",
+            "{}  turn {}: {:?} → {:?} ({:.2}s voice to voice)",
+            self.label,
             turn.index,
             turn.transcript,
             turn.reply,

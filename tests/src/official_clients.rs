@@ -8,6 +8,20 @@ use livekit_api::access_token::{AccessToken, VideoGrants};
 use serde_json::Value;
 use sublet_models::ModelCache;
 
+/// The first question of the bundled recorded call ("Good morning. Is it going to rain
+/// today?", 5 s), written to `dir/question.wav` for a caller to publish.
+pub fn recorded_question(cache: &ModelCache, dir: &Path) -> std::path::PathBuf {
+    let call = sublet_audio::read_wav(cache.call("quick_questions.wav").unwrap()).unwrap();
+    let question = sublet_audio::Audio::new(
+        call.samples[..(5.0 * call.rate as f64) as usize].to_vec(),
+        call.rate,
+    );
+    std::fs::create_dir_all(dir).unwrap();
+    let path = dir.join("question.wav");
+    sublet_audio::write_wav(&path, &question).unwrap();
+    path
+}
+
 /// An access token for `identity` to join `room`, valid for `ttl`.
 pub fn room_token(key: &str, secret: &str, identity: &str, room: &str, ttl: Duration) -> String {
     AccessToken::with_api_key(key, secret)

@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use sublet_agent::livekit::LiveKitCredentials;
 use sublet_agent::{AgentConfig, Quiet, VoiceAgent};
-use sublet_audio::{read_wav, write_wav, Audio};
+use sublet_audio::read_wav;
 use sublet_models::ModelCache;
 use sublet_stt::{word_error_rate, Transcriber};
 use sublet_tests::livekit_server::TestServer;
-use sublet_tests::official_clients::{livekit_caller, room_token};
+use sublet_tests::official_clients::{livekit_caller, recorded_question, room_token};
 
 const KEY: &str = "devkey";
 const SECRET: &str = "a-secret-long-enough-for-hs256-signing";
@@ -33,16 +33,8 @@ fn answer_a_call(room: &'static str, drop_signal_at: Option<Duration>) {
     static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let cache = ModelCache::from_env();
-    // The first question of a recorded call ("Good morning. Is it going to rain today?").
-    let call = read_wav(cache.call("quick_questions.wav").unwrap()).unwrap();
-    let question = Audio::new(
-        call.samples[..(5.0 * call.rate as f64) as usize].to_vec(),
-        call.rate,
-    );
-    let dir = std::env::temp_dir().join(format!("sublet-livekit-call-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let question_wav = dir.join("question.wav");
-    write_wav(&question_wav, &question).unwrap();
+    let dir = std::env::temp_dir().join(format!("sublet-{room}-{}", std::process::id()));
+    let question_wav = recorded_question(&cache, &dir);
     let recording = dir.join("heard.wav");
 
     let server = TestServer::start(KEY, SECRET).unwrap();

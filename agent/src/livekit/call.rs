@@ -1,11 +1,14 @@
 //! One call in a LiveKit room: the agent joins, publishes its voice, answers the first
 //! participant it hears until they leave, then leaves.
 
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Result};
 use sublet_audio::{Audio, SPEECH_RATE};
-use tokio::sync::mpsc;
+use sublet_turn_detect::TurnEvent;
+use tokio::sync::{mpsc, watch};
 
 use super::{RoomConnection, RoomEvent};
 use crate::call::CallObserver;
@@ -21,6 +24,9 @@ const SILENCE_AFTER: Duration = Duration::from_millis(100);
 const TICK: Duration = Duration::from_millis(20);
 /// How long the agent waits in a room for someone to speak before it leaves.
 const NOBODY_TIMEOUT: Duration = Duration::from_secs(60);
+/// Asked to hang up, the agent first finishes the turn in progress, but waits no longer
+/// than this (a turn whose transcript came out empty is never answered).
+const HANG_UP_GRACE: Duration = Duration::from_secs(30);
 
 /// What a room call produced.
 #[derive(Debug)]
@@ -36,6 +42,25 @@ pub struct RoomCall {
 
 /// The agent's state as LiveKit's clients show it (participant attribute `lk.agent.state`).
 pub const AGENT_STATE: &str = "lk.agent.state";
+
+/// Whether a turn is in progress: the caller speaking, a turn ended and not yet answered,
+/// or the agent speaking. A call asked to hang up ends once none is.
+#[derive(Default)]
+struct Activity {
+    caller_speaking: AtomicBool,
+    turns_ended: AtomicUsize,
+    turns_answered: AtomicUsize,
+    agent_speaking: AtomicBool,
+}
+
+impl Activity {
+    fn idle(&self) -> bool {
+        !self.caller_speaking.load(Ordering::Relaxed)
+            && !self.agent_speaking.load(Ordering::Relaxed)
+            && self.turns_ended.load(Ordering::Relaxed)
+                <= self.turns_answered.load(Ordering::Relaxed)
+    }
+}
 
 /// The agent's speech, queued for the track.
 struct RoomVoice(mpsc::UnboundedSender<Audio>);
@@ -65,17 +90,29 @@ enum Announce {
 struct RoomObserver<'a> {
     inner: &'a mut dyn CallObserver,
     announce: mpsc::UnboundedSender<Announce>,
+    activity: Arc<Activity>,
 }
 
 impl CallObserver for RoomObserver<'_> {
-    fn turn_event(&mut self, event: &sublet_turn_detect::TurnEvent) {
-        if matches!(event, sublet_turn_detect::TurnEvent::EndOfTurn { .. }) {
-            let _ = self.announce.send(Announce::State("thinking"));
+    fn turn_event(&mut self, event: &TurnEvent) {
+        match event {
+            TurnEvent::SpeechStarted { .. } => {
+                self.activity.caller_speaking.store(true, Ordering::Relaxed)
+            }
+            TurnEvent::SpeechStopped { .. } => self
+                .activity
+                .caller_speaking
+                .store(false, Ordering::Relaxed),
+            TurnEvent::EndOfTurn { .. } => {
+                self.activity.turns_ended.fetch_add(1, Ordering::Relaxed);
+                let _ = self.announce.send(Announce::State("thinking"));
+            }
         }
         self.inner.turn_event(event);
     }
 
     fn turn_answered(&mut self, turn: &TurnRecord) {
+        self.activity.turns_answered.fetch_add(1, Ordering::Relaxed);
         for (from_caller, text, side) in [
             (true, &turn.transcript, "user"),
             (false, &turn.reply, "agent"),
@@ -99,12 +136,27 @@ impl VoiceAgent {
         token: &str,
         observer: &mut dyn CallObserver,
     ) -> Result<RoomCall> {
+        let (_never, hang_up) = watch::channel(false);
+        self.answer_room_until(runtime, url, token, observer, hang_up)
+    }
+
+    /// As [`Self::answer_room`], and once `hang_up` turns true the agent finishes the turn
+    /// in progress (the caller's words, its reply) and leaves.
+    pub fn answer_room_until(
+        &self,
+        runtime: &tokio::runtime::Handle,
+        url: &str,
+        token: &str,
+        observer: &mut dyn CallObserver,
+        mut hang_up: watch::Receiver<bool>,
+    ) -> Result<RoomCall> {
         let (room, mut events) = runtime.block_on(RoomConnection::join(url, token))?;
-        let room = std::sync::Arc::new(room);
+        let room = Arc::new(room);
+        let activity = Arc::new(Activity::default());
         let mut voice = runtime.block_on(room.publish_audio(VOICE_RATE))?;
         // What the room is told, in order: the agent's state and the transcripts.
         let (announce, mut announcements) = mpsc::unbounded_channel::<Announce>();
-        let caller_identity = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
+        let caller_identity = Arc::new(std::sync::Mutex::new(None::<String>));
         let announcer = {
             let room = room.clone();
             let caller_identity = caller_identity.clone();
@@ -142,6 +194,7 @@ impl VoiceAgent {
         let _ = announce.send(Announce::State("listening"));
         let (speech_tx, mut speech) = mpsc::unbounded_channel::<Audio>();
         let speaker_states = announce.clone();
+        let speaker_activity = activity.clone();
         // The agent's track carries audio all the time, silence between replies, as a
         // microphone's would: the caller's jitter buffer then never restarts mid-call.
         let speaker = runtime.spawn(async move {
@@ -152,6 +205,9 @@ impl VoiceAgent {
                     Ok(Some(audio)) => {
                         if !speaking {
                             speaking = true;
+                            speaker_activity
+                                .agent_speaking
+                                .store(true, Ordering::Relaxed);
                             let _ = speaker_states.send(Announce::State("speaking"));
                         }
                         voice.send(&audio.resampled(VOICE_RATE).samples).await?
@@ -160,6 +216,9 @@ impl VoiceAgent {
                     Err(_) => {
                         if speaking {
                             speaking = false;
+                            speaker_activity
+                                .agent_speaking
+                                .store(false, Ordering::Relaxed);
                             let _ = speaker_states.send(Announce::State("listening"));
                         }
                         voice.send(&silence).await?
@@ -170,7 +229,9 @@ impl VoiceAgent {
         });
         let (audio_tx, audio_in) = std::sync::mpsc::channel::<Vec<f32>>();
         let listener_caller = caller_identity.clone();
+        let listener_activity = activity.clone();
         let listener = runtime.spawn(async move {
+            let mut hanging_up: Option<Instant> = None;
             let mut caller: Option<String> = None;
             let mut resumes = Vec::new();
             let joined = Instant::now();
@@ -204,7 +265,20 @@ impl VoiceAgent {
                         Some(_) => {}
                         None => break "the room connection ended".to_owned(),
                     },
+                    Ok(()) = hang_up.changed(), if hanging_up.is_none() => {
+                        if *hang_up.borrow() {
+                            hanging_up = Some(Instant::now());
+                        }
+                    }
                     _ = tick.tick() => {
+                        if let Some(since) = hanging_up {
+                            if listener_activity.idle() {
+                                break "the agent hung up after the turn in progress".to_owned();
+                            }
+                            if since.elapsed() >= HANG_UP_GRACE {
+                                break format!("the agent hung up; a turn was still in progress after {} s", HANG_UP_GRACE.as_secs());
+                            }
+                        }
                         if caller.is_none() && joined.elapsed() >= NOBODY_TIMEOUT {
                             break format!("nobody spoke in the room for {} s", NOBODY_TIMEOUT.as_secs());
                         }
@@ -220,6 +294,7 @@ impl VoiceAgent {
         let mut observer = RoomObserver {
             inner: observer,
             announce: announce.clone(),
+            activity,
         };
         let turns = self.answer_live(audio_in, Box::new(RoomVoice(speech_tx)), &mut observer);
         drop(observer);

@@ -6,7 +6,8 @@
 //!   agent's own access tokens;
 //! - `connection.rs`: joining a room and hearing each participant's microphone at 16 kHz;
 //! - `publish.rs`: the agent's voice, as Opus packets on its microphone track;
-//! - `call.rs`: one call in a room, through the voice pipeline.
+//! - `call.rs`: one call in a room, through the voice pipeline;
+//! - `worker.rs`: the agent as a LiveKit agent worker, taking calls as the server assigns them;
 //! - `peer.rs`: one WebRTC peer connection, as both the agent and the test server use it.
 
 mod call;
@@ -14,8 +15,10 @@ mod connection;
 pub mod peer;
 mod publish;
 mod token;
+mod worker;
 
 pub use call::RoomCall;
 pub use connection::{RoomConnection, RoomEvent};
 pub use publish::AudioPublisher;
 pub use token::LiveKitCredentials;
+pub use worker::{JobReport, WorkerOptions, WorkerReport};

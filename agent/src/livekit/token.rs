@@ -51,4 +51,21 @@ impl LiveKitCredentials {
             .to_jwt()
             .context("signing the agent's access token")
     }
+
+    /// A token to register as an agent worker at `<url>/agent`: the `agent` grant, no room.
+    pub fn worker_token(&self) -> Result<String> {
+        AccessToken::with_api_key(&self.api_key, &self.api_secret)
+            .with_ttl(Duration::from_secs(6 * 3600))
+            .with_grants(VideoGrants {
+                agent: true,
+                ..Default::default()
+            })
+            .to_jwt()
+            .context("signing the worker's access token")
+    }
+
+    /// `<url>/agent`, where workers register.
+    pub fn worker_url(&self) -> String {
+        format!("{}/agent", self.url.trim_end_matches('/'))
+    }
 }

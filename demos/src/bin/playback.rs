@@ -75,8 +75,12 @@ fn run(args: Args) -> Result<()> {
         loading.elapsed().as_secs_f64()
     );
 
-    let outcome =
-        agent.answer_recording(&call, pacing, args.rate.unwrap_or(call.rate), &mut Progress)?;
+    let outcome = agent.answer_recording(
+        &call,
+        pacing,
+        args.rate.unwrap_or(call.rate),
+        &mut Progress::default(),
+    )?;
     let mut reply = outcome.reply.audio;
     let call_len = (call.duration_s() * reply.rate as f64) as usize;
     if reply.samples.len() < call_len {

@@ -66,7 +66,7 @@ fn run(args: Args) -> Result<()> {
     let agent = VoiceAgent::with_engine(cache, engine, config);
     let runtime = tokio::runtime::Runtime::new()?;
     eprintln!("room: joining {url}");
-    let call = agent.answer_room(runtime.handle(), &url, &token, &mut Progress)?;
+    let call = agent.answer_room(runtime.handle(), &url, &token, &mut Progress::default())?;
     println!("{}", turn_table(&call.turns));
     eprintln!(
         "room: {} turns with {}; the call ended: {}",

@@ -9,6 +9,9 @@
 //! (webrtc-rs, `peer.rs`), and every published audio track forwarded to everyone else.
 
 mod participant;
+mod worker;
+
+pub use worker::JobView;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -46,11 +49,16 @@ impl TestServer {
             rooms: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             refuse_resumes: AtomicBool::new(false),
+            api_key: api_key.into(),
+            api_secret: api_secret.into(),
+            workers: Mutex::new(Vec::new()),
+            jobs: Mutex::new(Vec::new()),
         });
         let app = Router::new()
             .route("/rtc", get(rtc))
             .route("/rtc/v1", get(|| async { StatusCode::NOT_FOUND }))
             .route("/rtc/validate", get(validate))
+            .route("/agent", get(agent))
             .with_state(state.clone());
         let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))?;
         let addr: SocketAddr = listener.local_addr()?;
@@ -85,6 +93,40 @@ impl TestServer {
         participant.is_some()
     }
 
+    /// Dispatches an agent to `room` (LiveKit's explicit dispatch): offers the job to the
+    /// workers registered as `agent_name` and assigns it to the first that takes it.
+    pub fn dispatch(&self, room: &str, agent_name: &str) -> Result<String> {
+        self._runtime
+            .block_on(worker::dispatch(&self.state, room, agent_name))
+    }
+
+    /// Every job dispatched so far, with its worker's last report.
+    pub fn jobs(&self) -> Vec<JobView> {
+        self.state
+            .jobs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Every status each worker that registered reported, by worker id.
+    pub fn worker_statuses(&self) -> Vec<(String, Vec<livekit_protocol::UpdateWorkerStatus>)> {
+        let workers = self.state.workers.lock().unwrap_or_else(|e| e.into_inner());
+        workers
+            .iter()
+            .map(|w| {
+                let statuses = w.statuses.lock().unwrap_or_else(|e| e.into_inner());
+                (w.id.clone(), statuses.clone())
+            })
+            .collect()
+    }
+
+    /// One of a participant's attributes (the agent's `lk.agent.state`, say).
+    pub fn attribute(&self, room: &str, identity: &str, key: &str) -> Option<String> {
+        let participant = self.state.participant(room, |p| p.identity == identity)?;
+        participant.info().attributes.get(key).cloned()
+    }
+
     /// From now on, a client that tries to resume its signal connection is told to leave.
     pub fn refuse_resumes(&self) {
         self.state.refuse_resumes.store(true, Ordering::Relaxed);
@@ -98,6 +140,11 @@ struct ServerState {
     rooms: Mutex<HashMap<String, RoomState>>,
     next_id: AtomicU64,
     refuse_resumes: AtomicBool,
+    /// To sign the tokens assigned jobs join with.
+    api_key: String,
+    api_secret: String,
+    workers: Mutex<Vec<Arc<worker::Worker>>>,
+    jobs: Mutex<Vec<JobView>>,
 }
 
 impl ServerState {
@@ -207,6 +254,34 @@ async fn rtc(
     upgrade.on_upgrade(move |socket| async move {
         if let Err(e) = participant::serve(state, claims, socket).await {
             eprintln!("livekit test server: {e:#}");
+        }
+    })
+}
+
+/// A worker registering (`/agent`): its token must carry the `agent` grant.
+async fn agent(
+    State(state): State<Arc<ServerState>>,
+    headers: HeaderMap,
+    Query(query): Query<HashMap<String, String>>,
+    upgrade: WebSocketUpgrade,
+) -> Response {
+    let Some(token) = token(&headers, &query) else {
+        return (StatusCode::UNAUTHORIZED, "no access token").into_response();
+    };
+    match state.verifier.verify(&token) {
+        Ok(claims) if claims.video.agent => {}
+        Ok(_) => {
+            let why = "the access token does not grant `agent`";
+            return (StatusCode::UNAUTHORIZED, why).into_response();
+        }
+        Err(e) => {
+            let why = format!("invalid access token ({e})");
+            return (StatusCode::UNAUTHORIZED, why).into_response();
+        }
+    }
+    upgrade.on_upgrade(move |socket| async move {
+        if let Err(e) = worker::serve(state, socket).await {
+            eprintln!("livekit test server: a worker: {e:#}");
         }
     })
 }

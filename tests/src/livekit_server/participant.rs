@@ -109,6 +109,7 @@ fn participant_info(state: &ServerState, claims: &Claims) -> proto::ParticipantI
         sid: state.id("PA_"),
         identity: claims.sub.clone(),
         name: claims.name.clone(),
+        attributes: claims.attributes.clone(),
         state: proto::participant_info::State::Active as i32,
         joined_at: now_ms() / 1000,
         joined_at_ms: now_ms(),
@@ -151,9 +152,18 @@ pub async fn serve(state: Arc<ServerState>, claims: Claims, mut socket: WebSocke
     });
     let (room_sid, others_now) = {
         let mut rooms = lock(&state.rooms);
-        let room = rooms.entry(room_name.clone()).or_insert_with(|| RoomState {
-            sid: state.id("RM_"),
-            participants: Default::default(),
+        let room = rooms.entry(room_name.clone()).or_insert_with(|| {
+            // A new room: workers that take every room (no agent name) are sent one.
+            if claims.kind != "agent" {
+                let (state, room) = (state.clone(), room_name.clone());
+                tokio::spawn(async move {
+                    let _ = super::worker::dispatch(&state, &room, "").await;
+                });
+            }
+            RoomState {
+                sid: state.id("RM_"),
+                participants: Default::default(),
+            }
         });
         let others: Vec<_> = room.participants.values().cloned().collect();
         room.participants.insert(sid.clone(), me.clone());

@@ -1,0 +1,113 @@
+//! Registers with a LiveKit server as an agent worker and answers the calls it is given,
+//! several at once on the one engine. SIGTERM (or Ctrl-C) drains it: it declines new jobs,
+//! lets each call finish the turn in progress, hangs up, and exits.
+//!
+//! ```text
+//! worker [--agent-name NAME] [--max-calls N]   (with LIVEKIT_URL, LIVEKIT_API_KEY, LIVEKIT_API_SECRET)
+//! ```
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Result;
+use clap::Parser;
+use sublet_agent::livekit::{LiveKitCredentials, WorkerOptions};
+use sublet_agent::{turn_table, AgentConfig, CallObserver, VoiceAgent};
+use sublet_demos::{Progress, SchedulerArgs};
+use sublet_engine::Engine;
+use sublet_models::ModelCache;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::watch;
+
+#[derive(Parser, Debug)]
+#[command(name = "worker")]
+struct Args {
+    /// The LiveKit server (default: `LIVEKIT_URL`).
+    #[arg(long, env = "LIVEKIT_URL")]
+    url: Option<String>,
+    /// Take only jobs dispatched to this agent name; without it, every new room.
+    #[arg(long, default_value = "")]
+    agent_name: String,
+    /// The most calls at once; offers beyond it are declined.
+    #[arg(long, default_value_t = 4)]
+    max_calls: usize,
+    /// Send the engine a one-token turn hint when a caller stops speaking.
+    #[arg(long)]
+    turn_hints: bool,
+    #[command(flatten)]
+    scheduler: SchedulerArgs,
+}
+
+fn run(args: Args) -> Result<()> {
+    let mut credentials = LiveKitCredentials::from_env()?;
+    if let Some(url) = args.url {
+        credentials.url = url;
+    }
+    let cache = ModelCache::from_env();
+    let engine = Arc::new(Engine::load(&args.scheduler.engine_config(&cache)?)?);
+    let config = AgentConfig {
+        turn_hints: args.turn_hints,
+        ..AgentConfig::default()
+    };
+    let agent = VoiceAgent::with_engine(cache, engine, config);
+    let runtime = tokio::runtime::Runtime::new()?;
+    let (drain_tx, drain) = watch::channel(false);
+    runtime.spawn(async move {
+        let (Ok(mut term), Ok(mut interrupt)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) else {
+            return;
+        };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = interrupt.recv() => {}
+        }
+        eprintln!("worker: draining: declining new calls, finishing the turns in progress");
+        let _ = drain_tx.send(true);
+    });
+    let options = WorkerOptions {
+        agent_name: args.agent_name,
+        max_calls: args.max_calls,
+    };
+    eprintln!(
+        "worker: registering at {} (agent name {:?}, up to {} calls)",
+        credentials.worker_url(),
+        options.agent_name,
+        options.max_calls
+    );
+    let progress = |room: &str| -> Box<dyn CallObserver> {
+        eprintln!("worker: joining room {room}");
+        Box::new(Progress {
+            label: format!("[{room}]"),
+        })
+    };
+    let report = agent.work(runtime.handle(), &credentials, &options, drain, &progress)?;
+    for job in &report.jobs {
+        match &job.call {
+            Ok(call) => {
+                eprintln!("[{}] the call ended: {}", job.room, call.ended);
+                println!("{} ({})\n{}", job.room, job.job_id, turn_table(&call.turns));
+            }
+            Err(e) => eprintln!("[{}] the call failed: {e}", job.room),
+        }
+    }
+    eprintln!(
+        "worker {}: {} calls, {} offers declined; {}",
+        report.worker_id,
+        report.jobs.len(),
+        report.declined,
+        report.ended
+    );
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    match run(Args::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("worker: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

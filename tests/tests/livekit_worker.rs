@@ -1,0 +1,189 @@
+//! The agent as a LiveKit agent worker: one worker process registered with the test
+//! server takes two calls dispatched at once, answers both on the one shared engine,
+//! reports its load, declines what it has no room for, and drains: it finishes the turns
+//! in progress, refuses new jobs, hangs up and stops.
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use sublet_agent::livekit::{LiveKitCredentials, WorkerOptions};
+use sublet_agent::{AgentConfig, CallObserver, Quiet, VoiceAgent};
+use sublet_audio::read_wav;
+use sublet_models::ModelCache;
+use sublet_stt::{word_error_rate, Transcriber};
+use sublet_tests::livekit_server::TestServer;
+use sublet_tests::official_clients::{livekit_caller, recorded_question, room_token};
+use tokio::sync::watch;
+
+const KEY: &str = "devkey";
+const SECRET: &str = "a-secret-long-enough-for-hs256-signing";
+const ROOMS: [&str; 2] = ["worker-1", "worker-2"];
+
+/// Waits until `ready` holds, or fails after `limit` saying what was awaited.
+fn wait_for(what: &str, limit: Duration, mut ready: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !ready() {
+        assert!(started.elapsed() < limit, "waited {limit:?} for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn one_worker_answers_two_calls_at_once_then_drains() {
+    let cache = ModelCache::from_env();
+    let dir = std::env::temp_dir().join(format!("sublet-worker-{}", std::process::id()));
+    let question = recorded_question(&cache, &dir);
+    let server = TestServer::start(KEY, SECRET).unwrap();
+    let credentials = LiveKitCredentials {
+        url: server.url.clone(),
+        api_key: KEY.into(),
+        api_secret: SECRET.into(),
+    };
+    let agent = VoiceAgent::load(cache.clone(), AgentConfig::default()).unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let options = WorkerOptions {
+        agent_name: "sublet".into(),
+        max_calls: 2,
+    };
+    let (drain_tx, drain) = watch::channel(false);
+    let quiet = |_room: &str| -> Box<dyn CallObserver> { Box::new(Quiet) };
+
+    let (report, callers, declined_when_full, declined_when_draining) =
+        std::thread::scope(|scope| {
+            let worker =
+                scope.spawn(|| agent.work(runtime.handle(), &credentials, &options, drain, &quiet));
+            wait_for("the worker to register", Duration::from_secs(20), || {
+                !server.worker_statuses().is_empty()
+            });
+            // Two calls dispatched at once; a third finds the worker full.
+            let jobs: Vec<_> = ROOMS
+                .iter()
+                .map(|room| scope.spawn(|| server.dispatch(room, "sublet")))
+                .collect();
+            let jobs: Vec<String> = jobs
+                .into_iter()
+                .map(|job| job.join().unwrap().expect("a worker took the job"))
+                .collect();
+            let declined_when_full = server.dispatch("worker-3", "sublet");
+            // A caller in each room asks the recorded question and listens.
+            let callers: Vec<_> = ROOMS
+                .iter()
+                .map(|room| {
+                    let url = server.url.clone();
+                    let recording = dir.join(format!("{room}.wav"));
+                    let question = question.clone();
+                    scope.spawn(move || {
+                        let token =
+                            room_token(KEY, SECRET, "caller", room, Duration::from_secs(600));
+                        let args = [
+                            "--publish-wav",
+                            question.to_str().unwrap(),
+                            "--listen",
+                            "40",
+                            "--record",
+                            recording.to_str().unwrap(),
+                        ];
+                        (livekit_caller(&url, &token, &args), recording)
+                    })
+                })
+                .collect();
+            // Drain once both agents have begun answering: each must finish its reply.
+            let mut answering = [false; 2];
+            wait_for(
+                "both agents to begin answering",
+                Duration::from_secs(60),
+                || {
+                    for (at, (room, job)) in ROOMS.iter().zip(&jobs).enumerate() {
+                        let state =
+                            server.attribute(room, &format!("agent-{job}"), "lk.agent.state");
+                        answering[at] |= matches!(state.as_deref(), Some("thinking" | "speaking"));
+                    }
+                    answering.iter().all(|a| *a)
+                },
+            );
+            drain_tx.send(true).unwrap();
+            wait_for(
+                "the worker to report draining",
+                Duration::from_secs(10),
+                || {
+                    server
+                        .worker_statuses()
+                        .iter()
+                        .any(|(_, s)| s.last().is_some_and(|s| s.draining))
+                },
+            );
+            let declined_when_draining = server.dispatch("worker-4", "sublet");
+            let report = worker.join().unwrap().expect("the worker ran");
+            let callers: Vec<_> = callers.into_iter().map(|c| c.join().unwrap()).collect();
+            (report, callers, declined_when_full, declined_when_draining)
+        });
+
+    eprintln!("worker {}: {}", report.worker_id, report.ended);
+    assert!(report.ended.starts_with("drained"), "{}", report.ended);
+    assert!(declined_when_full.is_err(), "{declined_when_full:?}");
+    assert!(
+        declined_when_draining.is_err(),
+        "{declined_when_draining:?}"
+    );
+    assert_eq!(report.declined, 2);
+    // The worker reported both calls at once, at full load, and then draining.
+    let statuses = &server
+        .worker_statuses()
+        .into_iter()
+        .find(|(id, _)| *id == report.worker_id)
+        .expect("the worker's statuses")
+        .1;
+    assert!(
+        statuses.iter().any(|s| s.job_count == 2 && s.load >= 1.0),
+        "{statuses:?}"
+    );
+    assert!(statuses.last().unwrap().draining, "{statuses:?}");
+    let jobs = server.jobs();
+    assert_eq!(jobs.len(), 2, "{jobs:?}");
+    for job in &jobs {
+        assert_eq!(
+            job.status,
+            livekit_protocol::JobStatus::JsSuccess,
+            "{job:?}"
+        );
+    }
+
+    let mut stt = Transcriber::load(&cache).unwrap();
+    assert_eq!(report.jobs.len(), 2);
+    for job in &report.jobs {
+        let call = job.call.as_ref().expect("the call");
+        eprintln!("{} ({}): {}", job.room, job.job_id, call.ended);
+        assert!(
+            call.ended.contains("after the turn in progress"),
+            "{}",
+            call.ended
+        );
+        assert_eq!(call.turns.len(), 1, "{:?}", call.turns);
+        let turn = &call.turns[0];
+        let ((ok, events), recording) =
+            &callers[ROOMS.iter().position(|r| *r == job.room).unwrap()];
+        assert!(ok, "{events:?}");
+        // The caller heard the whole reply before the agent hung up, and saw it leave.
+        let heard = read_wav(recording).unwrap().resampled(16_000);
+        let text = stt.transcribe(&heard.samples).unwrap();
+        let wer = word_error_rate(&turn.reply, &text);
+        let report: Vec<&Value> = events.iter().filter(|e| e["event"] == "heard").collect();
+        eprintln!(
+            "{}: {:?} → {:?}; the caller heard {text:?} (WER {wer:.3}); {report:?}",
+            job.room, turn.transcript, turn.reply
+        );
+        assert!(
+            wer < 0.35,
+            "heard {text:?}, the agent said {:?}",
+            turn.reply
+        );
+        let agent = format!("agent-{}", job.job_id);
+        assert!(
+            events
+                .iter()
+                .any(|e| e["event"] == "participant_left" && e["identity"] == agent.as_str()),
+            "{events:?}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
