@@ -132,10 +132,10 @@ pub const MEL_FILTERS_F32: &str = "stt/mel_filters_80x201.f32";
 /// The folder of recorded test calls setup speaks with espeak-ng.
 pub const CALLS_DIR: &str = "calls";
 /// A Python virtual environment with the official client libraries the tests drive
-/// Sublet with (`openai`).
+/// Sublet with (`openai`; LiveKit's Agents framework, as a worker for the test server).
 pub const PYTHON_ENV: &str = "python";
 /// The client libraries setup installs into [`PYTHON_ENV`], pinned.
-pub const PYTHON_PACKAGES: &[&str] = &["openai==3.57.0"];
+pub const PYTHON_PACKAGES: &[&str] = &["openai==3.57.0", "livekit-agents==1.8.9"];
 /// A Node.js package folder with LiveKit's official client SDK (it carries LiveKit's own
 /// WebRTC), which the LiveKit tests call as the caller.
 pub const NODE_ENV: &str = "node";

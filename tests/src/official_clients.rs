@@ -1,4 +1,6 @@
-//! LiveKit's official Node client, run as a caller by the tests (`clients/livekit_caller.cjs`).
+//! LiveKit's official clients, run by the tests: the Node SDK as a caller
+//! (`clients/livekit_caller.cjs`) and the Agents framework as a worker
+//! (`clients/livekit_worker.py`).
 
 use std::path::Path;
 use std::process::Command;
@@ -53,6 +55,31 @@ pub fn livekit_caller(url: &str, token: &str, args: &[&str]) -> (bool, Vec<Value
         )
         .output()
         .expect("node runs");
+    eprintln!("{}", String::from_utf8_lossy(&output.stderr));
+    let events = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .collect();
+    (output.status.success(), events)
+}
+
+/// Runs the worker script on LiveKit's official Agents framework, registered as
+/// `agent_name`; returns its exit status and the JSON events it printed.
+pub fn livekit_agents_worker(
+    url: &str,
+    key: &str,
+    secret: &str,
+    agent_name: &str,
+) -> (bool, Vec<Value>) {
+    let python = ModelCache::from_env()
+        .python()
+        .expect("setup installed the Python clients");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("clients/livekit_worker.py");
+    let output = Command::new(python)
+        .arg(script)
+        .args([url, key, secret, agent_name])
+        .output()
+        .expect("python runs");
     eprintln!("{}", String::from_utf8_lossy(&output.stderr));
     let events = String::from_utf8_lossy(&output.stdout)
         .lines()

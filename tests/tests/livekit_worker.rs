@@ -1,7 +1,8 @@
 //! The agent as a LiveKit agent worker: one worker process registered with the test
 //! server takes two calls dispatched at once, answers both on the one shared engine,
 //! reports its load, declines what it has no room for, and drains: it finishes the turns
-//! in progress, refuses new jobs, hangs up and stops.
+//! in progress, refuses new jobs, hangs up and stops. The test server's side of the worker
+//! protocol is checked first with a worker on LiveKit's own Agents framework.
 
 use std::time::{Duration, Instant};
 
@@ -12,7 +13,9 @@ use sublet_audio::read_wav;
 use sublet_models::ModelCache;
 use sublet_stt::{word_error_rate, Transcriber};
 use sublet_tests::livekit_server::TestServer;
-use sublet_tests::official_clients::{livekit_caller, recorded_question, room_token};
+use sublet_tests::official_clients::{
+    livekit_agents_worker, livekit_caller, recorded_question, room_token,
+};
 use tokio::sync::watch;
 
 const KEY: &str = "devkey";
@@ -26,6 +29,81 @@ fn wait_for(what: &str, limit: Duration, mut ready: impl FnMut() -> bool) {
         assert!(started.elapsed() < limit, "waited {limit:?} for {what}");
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+#[test]
+fn a_worker_on_livekits_agents_framework_takes_a_job_from_the_test_server() {
+    let server = TestServer::start(KEY, SECRET).unwrap();
+    let (job, (ok, events)) = std::thread::scope(|scope| {
+        let worker = scope.spawn(|| livekit_agents_worker(&server.url, KEY, SECRET, "py-agent"));
+        wait_for("the worker to register", Duration::from_secs(60), || {
+            !server.worker_statuses().is_empty()
+        });
+        let job = server
+            .dispatch("official-1", "py-agent")
+            .expect("the job was taken");
+        // The job's participant joined with the token the assignment carried.
+        wait_for(
+            "the worker's agent in the room",
+            Duration::from_secs(30),
+            || {
+                server
+                    .attribute("official-1", &format!("agent-{job}"), "lk.agent.state")
+                    .is_some()
+            },
+        );
+        (job, worker.join().unwrap())
+    });
+    assert!(ok, "{events:?}");
+    let joined = events
+        .iter()
+        .find(|e| e["event"] == "job")
+        .unwrap_or_else(|| panic!("{events:?}"));
+    assert_eq!(joined["job_id"], job.as_str());
+    assert_eq!(joined["room"], "official-1");
+    let registered = events.iter().find(|e| e["event"] == "registered");
+    assert!(
+        registered.is_some_and(|r| r["worker_id"].as_str().unwrap().starts_with("AW_")),
+        "{events:?}"
+    );
+    assert!(events
+        .iter()
+        .any(|e| e["event"] == "done" && e["job_finished"] == true));
+    let jobs = server.jobs();
+    assert_eq!(
+        jobs[0].status,
+        livekit_protocol::JobStatus::JsSuccess,
+        "{jobs:?}"
+    );
+}
+
+#[test]
+fn a_new_room_is_sent_to_a_worker_that_takes_every_room() {
+    let server = TestServer::start(KEY, SECRET).unwrap();
+    let (caller, (ok, events)) = std::thread::scope(|scope| {
+        let worker = scope.spawn(|| livekit_agents_worker(&server.url, KEY, SECRET, ""));
+        wait_for("the worker to register", Duration::from_secs(60), || {
+            !server.worker_statuses().is_empty()
+        });
+        // Nobody dispatches: the caller's new room is offered to the worker on its own.
+        let token = room_token(
+            KEY,
+            SECRET,
+            "caller",
+            "automatic-1",
+            Duration::from_secs(600),
+        );
+        let caller = livekit_caller(&server.url, &token, &["--listen", "6"]);
+        (caller, worker.join().unwrap())
+    });
+    assert!(caller.0, "{:?}", caller.1);
+    assert!(ok, "{events:?}");
+    assert!(
+        events
+            .iter()
+            .any(|e| e["event"] == "job" && e["room"] == "automatic-1"),
+        "{events:?}"
+    );
 }
 
 #[test]

@@ -192,7 +192,7 @@ pub async fn dispatch(state: &ServerState, room: &str, agent_name: &str) -> Resu
         if !answer.available {
             continue;
         }
-        let token = agent_token(state, room, &answer)?;
+        let token = agent_token(state, room, &job.id, &answer)?;
         lock(&state.jobs).push(JobView {
             id: job.id.clone(),
             room: room.into(),
@@ -214,15 +214,21 @@ pub async fn dispatch(state: &ServerState, room: &str, agent_name: &str) -> Resu
     ))
 }
 
-/// The token a worker joins the room with, as LiveKit's server makes it: the identity and
-/// attributes the worker asked for, and an agent's grants.
+/// The token a worker joins the room with, as LiveKit's server makes it: the identity
+/// (`agent-AJ_…` unless the worker asked for one) and attributes the worker asked for, and
+/// an agent's grants.
 fn agent_token(
     state: &ServerState,
     room: &str,
+    job_id: &str,
     answer: &proto::AvailabilityResponse,
 ) -> Result<String> {
+    let identity = match answer.participant_identity.as_str() {
+        "" => format!("agent-{job_id}"),
+        asked => asked.to_owned(),
+    };
     AccessToken::with_api_key(&state.api_key, &state.api_secret)
-        .with_identity(&answer.participant_identity)
+        .with_identity(&identity)
         .with_name(&answer.participant_name)
         .with_kind("agent")
         .with_attributes(answer.participant_attributes.clone())
