@@ -1,11 +1,14 @@
-//! What the demos share: how the engine's scheduler is chosen on the command line, and
-//! the progress they print as a call goes.
+//! What the demos share: how the engine's scheduler is chosen on the command line, loading
+//! the voice agent on it, the progress they print as a call goes, and how they exit.
+
+use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::Result;
 use clap::Args;
-use sublet_agent::{CallObserver, TurnRecord};
+use sublet_agent::{AgentConfig, CallObserver, TurnRecord, VoiceAgent};
 use sublet_engine::make_room::{PolicyConfig, Switches};
-use sublet_engine::{EngineConfig, VOICE_PRIORITY};
+use sublet_engine::{Engine, EngineConfig, VOICE_PRIORITY};
 use sublet_models::ModelCache;
 use sublet_turn_detect::TurnEvent;
 
@@ -38,6 +41,29 @@ impl SchedulerArgs {
             }),
             ..EngineConfig::bundled(cache)?
         })
+    }
+
+    /// The bundled voice agent on an engine scheduled as asked; `turn_hints` sends the
+    /// engine a one-token hint when the caller stops speaking.
+    pub fn voice_agent(&self, turn_hints: bool) -> Result<VoiceAgent> {
+        let cache = ModelCache::from_env();
+        let engine = Arc::new(Engine::load(&self.engine_config(&cache)?)?);
+        let config = AgentConfig {
+            turn_hints,
+            ..AgentConfig::default()
+        };
+        Ok(VoiceAgent::with_engine(cache, engine, config))
+    }
+}
+
+/// A demo's exit: success, or its error (with causes) after its name, and a failing status.
+pub fn exit(program: &str, result: Result<()>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{program}: error: {e:#}");
+            ExitCode::FAILURE
+        }
     }
 }
 

@@ -43,18 +43,20 @@ pub fn room_token(key: &str, secret: &str, identity: &str, room: &str, ttl: Dura
 pub fn livekit_caller(url: &str, token: &str, args: &[&str]) -> (bool, Vec<Value>) {
     let cache = ModelCache::from_env();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("clients/livekit_caller.cjs");
-    let output = Command::new("node")
-        .arg(script)
-        .args([url, token])
-        .args(args)
-        .env(
-            "NODE_PATH",
-            cache
-                .node_modules()
-                .expect("setup installed the node clients"),
-        )
-        .output()
-        .expect("node runs");
+    let mut node = Command::new("node");
+    node.arg(script).args([url, token]).args(args).env(
+        "NODE_PATH",
+        cache
+            .node_modules()
+            .expect("setup installed the node clients"),
+    );
+    run_client(node)
+}
+
+/// Runs an official client's script; returns its exit status and the JSON events it
+/// printed on stdout (its log goes to this process's stderr).
+fn run_client(mut command: Command) -> (bool, Vec<Value>) {
+    let output = command.output().expect("the client runs");
     eprintln!("{}", String::from_utf8_lossy(&output.stderr));
     let events = String::from_utf8_lossy(&output.stdout)
         .lines()
@@ -75,15 +77,7 @@ pub fn livekit_agents_worker(
         .python()
         .expect("setup installed the Python clients");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("clients/livekit_worker.py");
-    let output = Command::new(python)
-        .arg(script)
-        .args([url, key, secret, agent_name])
-        .output()
-        .expect("python runs");
-    eprintln!("{}", String::from_utf8_lossy(&output.stderr));
-    let events = String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .filter_map(|line| serde_json::from_str(line).ok())
-        .collect();
-    (output.status.success(), events)
+    let mut python = Command::new(python);
+    python.arg(script).args([url, key, secret, agent_name]);
+    run_client(python)
 }

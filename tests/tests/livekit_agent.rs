@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use sublet_agent::livekit::{LiveKitCredentials, RoomConnection, RoomEvent};
+use sublet_agent::livekit::{RoomConnection, RoomEvent};
 use sublet_models::ModelCache;
 use sublet_stt::{word_error_rate, Transcriber};
 use sublet_tests::livekit_server::TestServer;
@@ -23,11 +23,7 @@ fn agent_in_room(
     tokio::sync::mpsc::UnboundedReceiver<RoomEvent>,
 ) {
     let server = TestServer::start(KEY, SECRET).unwrap();
-    let credentials = LiveKitCredentials {
-        url: server.url.clone(),
-        api_key: KEY.into(),
-        api_secret: SECRET.into(),
-    };
+    let credentials = server.credentials();
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let token = credentials.agent_token(room, "sublet-agent").unwrap();
     let (connection, events) = runtime

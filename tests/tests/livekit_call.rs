@@ -4,7 +4,6 @@
 
 use std::time::Duration;
 
-use sublet_agent::livekit::LiveKitCredentials;
 use sublet_agent::{AgentConfig, Quiet, VoiceAgent};
 use sublet_audio::read_wav;
 use sublet_models::ModelCache;
@@ -38,11 +37,7 @@ fn answer_a_call(room: &'static str, drop_signal_at: Option<Duration>) {
     let recording = dir.join("heard.wav");
 
     let server = TestServer::start(KEY, SECRET).unwrap();
-    let credentials = LiveKitCredentials {
-        url: server.url.clone(),
-        api_key: KEY.into(),
-        api_secret: SECRET.into(),
-    };
+    let credentials = server.credentials();
     let agent = VoiceAgent::load(cache.clone(), AgentConfig::default()).unwrap();
     let runtime = tokio::runtime::Runtime::new().unwrap();
 

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use serde_json::Value;
-use sublet_agent::livekit::{LiveKitCredentials, RoomConnection, RoomEvent};
+use sublet_agent::livekit::{RoomConnection, RoomEvent};
 use sublet_tests::livekit_server::TestServer;
 use sublet_tests::official_clients::{livekit_caller, room_token};
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -20,11 +20,7 @@ fn join_agent(
     room: &str,
     runtime: &tokio::runtime::Runtime,
 ) -> (RoomConnection, UnboundedReceiver<RoomEvent>) {
-    let credentials = LiveKitCredentials {
-        url: server.url.clone(),
-        api_key: KEY.into(),
-        api_secret: SECRET.into(),
-    };
+    let credentials = server.credentials();
     let token = credentials.agent_token(room, AGENT).unwrap();
     runtime
         .block_on(RoomConnection::join(&credentials.url, &token))

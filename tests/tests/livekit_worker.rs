@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use sublet_agent::livekit::{LiveKitCredentials, WorkerOptions};
+use sublet_agent::livekit::WorkerOptions;
 use sublet_agent::{AgentConfig, CallObserver, Quiet, VoiceAgent};
 use sublet_audio::read_wav;
 use sublet_models::ModelCache;
@@ -112,11 +112,7 @@ fn one_worker_answers_two_calls_at_once_then_drains() {
     let dir = std::env::temp_dir().join(format!("sublet-worker-{}", std::process::id()));
     let question = recorded_question(&cache, &dir);
     let server = TestServer::start(KEY, SECRET).unwrap();
-    let credentials = LiveKitCredentials {
-        url: server.url.clone(),
-        api_key: KEY.into(),
-        api_secret: SECRET.into(),
-    };
+    let credentials = server.credentials();
     let agent = VoiceAgent::load(cache.clone(), AgentConfig::default()).unwrap();
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let options = WorkerOptions {

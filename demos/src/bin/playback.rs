@@ -6,15 +6,12 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
 use clap::Parser;
-use sublet_agent::{turn_table, AgentConfig, Pacing, VoiceAgent, STAGE_NAMES};
+use sublet_agent::{turn_table, Pacing, STAGE_NAMES};
 use sublet_demos::{Progress, SchedulerArgs};
-use sublet_engine::Engine;
-use sublet_models::ModelCache;
 
 /// Feed a recorded call (any WAV) through the voice pipeline and write the agent's replies.
 #[derive(Parser, Debug)]
@@ -63,13 +60,7 @@ fn run(args: Args) -> Result<()> {
         }
     );
     let loading = Instant::now();
-    let config = AgentConfig {
-        turn_hints: args.turn_hints,
-        ..AgentConfig::default()
-    };
-    let cache = ModelCache::from_env();
-    let engine = Arc::new(Engine::load(&args.scheduler.engine_config(&cache)?)?);
-    let agent = VoiceAgent::with_engine(cache, engine, config);
+    let agent = args.scheduler.voice_agent(args.turn_hints)?;
     eprintln!(
         "playback: models loaded in {:.1} s",
         loading.elapsed().as_secs_f64()
@@ -120,11 +111,5 @@ fn run(args: Args) -> Result<()> {
 }
 
 fn main() -> ExitCode {
-    match run(Args::parse()) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("playback: error: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    sublet_demos::exit("playback", run(Args::parse()))
 }

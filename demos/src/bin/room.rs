@@ -6,15 +6,12 @@
 //! ```
 
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use anyhow::{bail, Result};
 use clap::Parser;
 use sublet_agent::livekit::LiveKitCredentials;
-use sublet_agent::{turn_table, AgentConfig, VoiceAgent};
+use sublet_agent::turn_table;
 use sublet_demos::{Progress, SchedulerArgs};
-use sublet_engine::Engine;
-use sublet_models::ModelCache;
 
 #[derive(Parser, Debug)]
 #[command(name = "room")]
@@ -57,13 +54,7 @@ fn run(args: Args) -> Result<()> {
             bail!("give --url and --token, or --room NAME with LiveKit's environment variables")
         }
     };
-    let cache = ModelCache::from_env();
-    let engine = Arc::new(Engine::load(&args.scheduler.engine_config(&cache)?)?);
-    let config = AgentConfig {
-        turn_hints: args.turn_hints,
-        ..AgentConfig::default()
-    };
-    let agent = VoiceAgent::with_engine(cache, engine, config);
+    let agent = args.scheduler.voice_agent(args.turn_hints)?;
     let runtime = tokio::runtime::Runtime::new()?;
     eprintln!("room: joining {url}");
     let call = agent.answer_room(runtime.handle(), &url, &token, &mut Progress::default())?;
@@ -78,11 +69,5 @@ fn run(args: Args) -> Result<()> {
 }
 
 fn main() -> ExitCode {
-    match run(Args::parse()) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("room: error: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    sublet_demos::exit("room", run(Args::parse()))
 }

@@ -59,11 +59,5 @@ fn run(args: Args) -> Result<()> {
 }
 
 fn main() -> ExitCode {
-    match run(Args::parse()) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("serve: error: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    sublet_demos::exit("serve", run(Args::parse()))
 }

@@ -7,15 +7,12 @@
 //! ```
 
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use anyhow::Result;
 use clap::Parser;
 use sublet_agent::livekit::{LiveKitCredentials, WorkerOptions};
-use sublet_agent::{turn_table, AgentConfig, CallObserver, VoiceAgent};
+use sublet_agent::{turn_table, CallObserver};
 use sublet_demos::{Progress, SchedulerArgs};
-use sublet_engine::Engine;
-use sublet_models::ModelCache;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 
@@ -43,13 +40,7 @@ fn run(args: Args) -> Result<()> {
     if let Some(url) = args.url {
         credentials.url = url;
     }
-    let cache = ModelCache::from_env();
-    let engine = Arc::new(Engine::load(&args.scheduler.engine_config(&cache)?)?);
-    let config = AgentConfig {
-        turn_hints: args.turn_hints,
-        ..AgentConfig::default()
-    };
-    let agent = VoiceAgent::with_engine(cache, engine, config);
+    let agent = args.scheduler.voice_agent(args.turn_hints)?;
     let runtime = tokio::runtime::Runtime::new()?;
     let (drain_tx, drain) = watch::channel(false);
     runtime.spawn(async move {
@@ -103,11 +94,5 @@ fn run(args: Args) -> Result<()> {
 }
 
 fn main() -> ExitCode {
-    match run(Args::parse()) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("worker: error: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    sublet_demos::exit("worker", run(Args::parse()))
 }

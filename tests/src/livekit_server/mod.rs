@@ -72,6 +72,15 @@ impl TestServer {
         })
     }
 
+    /// What the agent needs to use this server: its URL and the API key it accepts.
+    pub fn credentials(&self) -> sublet_agent::livekit::LiveKitCredentials {
+        sublet_agent::livekit::LiveKitCredentials {
+            url: self.url.clone(),
+            api_key: self.state.api_key.clone(),
+            api_secret: self.state.api_secret.clone(),
+        }
+    }
+
     /// The identities in `room` now.
     pub fn participants(&self, room: &str) -> Vec<String> {
         let rooms = self.state.rooms.lock().unwrap_or_else(|e| e.into_inner());
