@@ -10,7 +10,7 @@ use sublet_audio::{Audio, SPEECH_RATE};
 use sublet_turn_detect::TurnEvent;
 
 use crate::record::TurnRecord;
-use crate::responder::{AudioOut, FinishedTurn};
+use crate::responder::{AudioOut, FinishedTurn, SpokenSentence};
 use crate::VoiceAgent;
 
 /// How fast the recorded call is played in.
@@ -41,8 +41,8 @@ impl ReplyTrack {
 }
 
 impl AudioOut for ReplyTrack {
-    fn play(&mut self, at_s: f64, audio: &Audio) {
-        let audio = audio.resampled(self.audio.rate);
+    fn play(&mut self, at_s: f64, sentence: &SpokenSentence) {
+        let audio = sentence.audio.resampled(self.audio.rate);
         let start = (at_s * self.audio.rate as f64).round().max(0.0) as usize;
         let samples = &mut self.audio.samples;
         if samples.len() < start + audio.samples.len() {
@@ -57,11 +57,11 @@ impl AudioOut for ReplyTrack {
 struct Shared(Arc<Mutex<ReplyTrack>>);
 
 impl AudioOut for Shared {
-    fn play(&mut self, at_s: f64, audio: &Audio) {
+    fn play(&mut self, at_s: f64, sentence: &SpokenSentence) {
         self.0
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .play(at_s, audio);
+            .play(at_s, sentence);
     }
 }
 
@@ -76,6 +76,8 @@ pub struct CallOutcome {
 pub trait CallObserver: Send {
     fn turn_event(&mut self, _event: &TurnEvent) {}
     fn turn_answered(&mut self, _turn: &TurnRecord) {}
+    /// The caller talked over the agent (a live call).
+    fn interruption(&mut self, _interruption: &crate::live::Interruption) {}
 }
 
 /// Observes nothing.

@@ -9,11 +9,15 @@
 //! - [`responder`]: one finished turn answered, stage by stage;
 //! - [`call`]: a recorded call driven through detector and responder;
 //! - `live.rs`: a live caller, answered while their audio keeps coming;
+//! - [`barge_in`]: when the caller talking over the agent stops it (pure rules);
+//! - [`playout`]: the agent's speech queued for real-time playing, pausable and cut short;
 //! - [`livekit`]: the agent in a LiveKit room.
 
+pub mod barge_in;
 pub mod call;
 mod live;
 pub mod livekit;
+pub mod playout;
 pub mod record;
 pub mod responder;
 pub mod sentence;
@@ -27,9 +31,12 @@ use sublet_stt::Transcriber;
 use sublet_tts::Voice;
 use sublet_turn_detect::{EndpointConfig, TurnDetector};
 
+pub use barge_in::InterruptionConfig;
 pub use call::{CallObserver, CallOutcome, Pacing, Quiet, ReplyTrack};
+pub use live::{Interruption, InterruptionOutcome};
+pub use playout::Playout;
 pub use record::{stage_medians, turn_table, TurnRecord, STAGE_NAMES};
-pub use responder::{AudioOut, FinishedTurn, Responder, TurnHint};
+pub use responder::{AudioOut, FinishedTurn, ReplyCutter, Responder, SpokenSentence, TurnHint};
 
 /// How the agent behaves.
 #[derive(Debug, Clone)]
@@ -43,6 +50,8 @@ pub struct AgentConfig {
     /// default until the engine's scheduler acts on it: alone, on 2 cores, the hint's
     /// prefill competes with the transcription (about +150 ms voice to voice measured).
     pub turn_hints: bool,
+    /// How the caller can talk over the agent (live calls).
+    pub interruptions: InterruptionConfig,
 }
 
 impl Default for AgentConfig {
@@ -56,6 +65,7 @@ impl Default for AgentConfig {
             history_messages: 6,
             endpoint: EndpointConfig::default(),
             turn_hints: false,
+            interruptions: InterruptionConfig::default(),
         }
     }
 }

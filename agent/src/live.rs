@@ -1,42 +1,83 @@
 //! A live caller: audio that arrives as it is spoken (a LiveKit room, a microphone), turns
-//! answered on a second thread while the caller's audio keeps coming.
+//! answered on a second thread while the caller's audio keeps coming, and the caller able
+//! to talk over the agent (`barge_in.rs` decides; this file carries it out).
 
+use std::collections::VecDeque;
 use std::sync::mpsc;
 use std::time::Instant;
 
 use anyhow::Result;
 use sublet_audio::SPEECH_RATE;
+use sublet_stt::Transcriber;
 use sublet_turn_detect::TurnEvent;
 
+use crate::barge_in::{BargeIn, BargeInAction};
 use crate::call::CallObserver;
+use crate::playout::Playout;
 use crate::record::TurnRecord;
-use crate::responder::{AudioOut, FinishedTurn};
+use crate::responder::{FinishedTurn, ReplyCutter};
 use crate::VoiceAgent;
 
 /// Audio frames fed to the detector: 20 ms.
 const FRAME: usize = SPEECH_RATE as usize / 50;
+/// The caller's latest audio kept for checking an interruption's words.
+const RECENT_S: f64 = 30.0;
+
+/// The caller talked over the agent. Times are seconds of the caller's audio.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Interruption {
+    /// When the caller's speech began.
+    pub speech_s: f64,
+    /// When the agent's audio was stopped (paused, or cut at once).
+    pub stopped_s: f64,
+    pub outcome: InterruptionOutcome,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum InterruptionOutcome {
+    /// Too short, or no words in it: the reply played on from where it paused.
+    Resumed,
+    /// The reply of `turn` was cut; the caller had heard `heard` of it.
+    Cut { turn: usize, heard: String },
+}
 
 impl VoiceAgent {
     /// Answers a live caller until `audio_in` closes. It delivers the caller's audio at
-    /// 16 kHz, in pieces of any size, as it is spoken; the agent's speech goes to `out` as
-    /// each sentence is ready. Returns each answered turn.
+    /// 16 kHz, in pieces of any size, as it is spoken; the agent's speech is queued on
+    /// `playout` as each sentence is ready, for whatever plays it to pull. Returns each
+    /// answered turn.
     pub fn answer_live(
         &self,
         audio_in: mpsc::Receiver<Vec<f32>>,
-        mut out: Box<dyn AudioOut + Send>,
+        playout: &Playout,
         observer: &mut dyn CallObserver,
     ) -> Result<Vec<TurnRecord>> {
         let mut detector = self.new_detector()?;
         let mut responder = self.new_responder()?;
         let hint = self.config.turn_hints.then(|| responder.turn_hint());
+        let mut interruptions = Interruptions {
+            rules: BargeIn::new(self.config.interruptions.clone()),
+            checker: match self.config.interruptions.enabled {
+                true => Some(Transcriber::load(&self.cache)?),
+                false => None,
+            },
+            cutter: responder.cutter(),
+            caller_speech_s: None,
+            speech_s: 0.0,
+            stopped_s: 0.0,
+            recent: VecDeque::new(),
+            recent_start: 0,
+        };
         // Call time starts with the caller's first audio, as the detector's does.
         let mut started: Option<Instant> = None;
+        let mut consumed = 0usize;
         let (turns_tx, turns_rx) = mpsc::channel::<FinishedTurn>();
         let (records_tx, records_rx) = mpsc::channel::<Result<Option<TurnRecord>>>();
         std::thread::scope(|scope| {
+            let mut out = playout.writer();
             scope.spawn(move || {
                 for turn in turns_rx {
-                    let _ = records_tx.send(responder.respond(turn, &mut *out));
+                    let _ = records_tx.send(responder.respond(turn, &mut out));
                 }
             });
             let mut records = Vec::new();
@@ -55,8 +96,11 @@ impl VoiceAgent {
                 pending.extend_from_slice(&piece);
                 while pending.len() >= FRAME {
                     let frame: Vec<f32> = pending.drain(..FRAME).collect();
+                    consumed += FRAME;
+                    interruptions.remember(&frame);
                     for event in detector.push(&frame)? {
                         observer.turn_event(&event);
+                        interruptions.turn_event(&event);
                         if let (TurnEvent::SpeechStopped { .. }, Some(hint)) = (&event, &hint) {
                             hint.send()?;
                         }
@@ -76,6 +120,8 @@ impl VoiceAgent {
                             })?;
                         }
                     }
+                    let now_s = consumed as f64 / SPEECH_RATE as f64;
+                    interruptions.step(now_s, playout, observer)?;
                 }
                 while let Ok(result) = records_rx.try_recv() {
                     answered(result, observer)?;
@@ -87,5 +133,98 @@ impl VoiceAgent {
             }
             Ok(records)
         })
+    }
+}
+
+/// Carries out the barge-in rules on a live call.
+struct Interruptions {
+    rules: BargeIn,
+    /// Transcribes an interruption to check it held words.
+    checker: Option<Transcriber>,
+    cutter: ReplyCutter,
+    /// When the caller's current speech began.
+    caller_speech_s: Option<f64>,
+    /// The interruption in progress: when its speech began and the agent's audio stopped.
+    speech_s: f64,
+    stopped_s: f64,
+    /// The caller's latest audio, from sample `recent_start` of the call.
+    recent: VecDeque<f32>,
+    recent_start: usize,
+}
+
+impl Interruptions {
+    fn remember(&mut self, frame: &[f32]) {
+        self.recent.extend(frame);
+        let limit = (RECENT_S * SPEECH_RATE as f64) as usize;
+        while self.recent.len() > limit {
+            self.recent.pop_front();
+            self.recent_start += 1;
+        }
+    }
+
+    fn turn_event(&mut self, event: &TurnEvent) {
+        match event {
+            TurnEvent::SpeechStarted { at_s } => {
+                self.caller_speech_s.get_or_insert(*at_s);
+            }
+            TurnEvent::SpeechStopped { .. } | TurnEvent::EndOfTurn { .. } => {
+                self.caller_speech_s = None
+            }
+        }
+    }
+
+    fn step(
+        &mut self,
+        now_s: f64,
+        playout: &Playout,
+        observer: &mut dyn CallObserver,
+    ) -> Result<()> {
+        let mut action = self
+            .rules
+            .on_frame(now_s, self.caller_speech_s, playout.speaking());
+        while let Some(next) = action.take() {
+            match next {
+                BargeInAction::Pause => {
+                    playout.pause();
+                    self.stopped_s = now_s;
+                    self.speech_s = self.caller_speech_s.unwrap_or(now_s);
+                }
+                BargeInAction::CheckWords { since_s } => {
+                    let from = ((since_s * SPEECH_RATE as f64) as usize)
+                        .saturating_sub(self.recent_start)
+                        .min(self.recent.len());
+                    let audio: Vec<f32> = self.recent.range(from..).copied().collect();
+                    let words = match self.checker.as_mut() {
+                        Some(checker) => !checker.transcribe(&audio)?.trim().is_empty(),
+                        None => true,
+                    };
+                    action = self.rules.on_words(words);
+                }
+                BargeInAction::Resume => {
+                    playout.resume();
+                    observer.interruption(&Interruption {
+                        speech_s: self.speech_s,
+                        stopped_s: self.stopped_s,
+                        outcome: InterruptionOutcome::Resumed,
+                    });
+                }
+                BargeInAction::Cut => {
+                    if !playout.pending() || playout.speaking() {
+                        // Cut without a pause first: the audio stops now.
+                        self.stopped_s = now_s;
+                        self.speech_s = self.caller_speech_s.unwrap_or(now_s);
+                    }
+                    for (turn, heard) in playout.cut() {
+                        self.cutter.cut(turn, &heard);
+                        observer.interruption(&Interruption {
+                            speech_s: self.speech_s,
+                            stopped_s: self.stopped_s,
+                            outcome: InterruptionOutcome::Cut { turn, heard },
+                        });
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 }

@@ -27,10 +27,63 @@ pub struct FinishedTurn {
     pub audio: Vec<f32>,
 }
 
+/// One sentence of a reply, synthesized.
+pub struct SpokenSentence<'a> {
+    /// The turn whose reply it is (1, 2, …).
+    pub turn: usize,
+    pub text: &'a str,
+    pub audio: &'a Audio,
+}
+
 /// Where the agent's speech goes: a file, a speaker, a WebRTC track.
 pub trait AudioOut {
-    /// Plays `audio` starting at call time `at_s` (never earlier than the previous audio ends).
-    fn play(&mut self, at_s: f64, audio: &Audio);
+    /// Plays a sentence starting at call time `at_s` (never earlier than the previous audio
+    /// ends).
+    fn play(&mut self, at_s: f64, sentence: &SpokenSentence);
+}
+
+/// Both sides of a call so far, shared by the responder, the turn hint and the cutter.
+#[derive(Default)]
+struct Memory {
+    messages: Vec<Message>,
+    /// Where each turn's reply sits in `messages`.
+    reply_at: std::collections::HashMap<usize, usize>,
+    /// Turns the caller cut short, with what they heard of the reply.
+    cut: std::collections::HashMap<usize, String>,
+}
+
+type SharedMemory = Arc<Mutex<Memory>>;
+
+fn lock(memory: &SharedMemory) -> std::sync::MutexGuard<'_, Memory> {
+    memory.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Adds turn `turn`'s reply to the history: what the caller heard of it if they cut it short.
+fn remember_reply(memory: &SharedMemory, turn: usize, reply: &str) {
+    let mut memory = lock(memory);
+    let kept = memory.cut.get(&turn).cloned();
+    let at = memory.messages.len();
+    memory.reply_at.insert(turn, at);
+    let content = kept.unwrap_or_else(|| reply.to_owned());
+    memory.messages.push(Message::new(Role::Assistant, content));
+}
+
+/// Cuts a reply short from another thread (the caller interrupted it): its generation
+/// stops at the next token, which cancels it in the engine and frees its KV, and the
+/// history keeps only what the caller heard.
+#[derive(Clone)]
+pub struct ReplyCutter {
+    memory: SharedMemory,
+}
+
+impl ReplyCutter {
+    pub fn cut(&self, turn: usize, heard: &str) {
+        let mut memory = lock(&self.memory);
+        memory.cut.insert(turn, heard.to_owned());
+        if let Some(at) = memory.reply_at.get(&turn).copied() {
+            memory.messages[at].content = heard.to_owned();
+        }
+    }
 }
 
 /// One call's replier: its models and its chat history.
@@ -39,8 +92,9 @@ pub struct Responder {
     voice: Voice,
     engine: Arc<Engine>,
     config: AgentConfig,
-    /// Both sides of the call so far; shared with the call's [`TurnHint`].
-    history: Arc<Mutex<Vec<Message>>>,
+    /// Both sides of the call so far; shared with the call's [`TurnHint`] and
+    /// [`ReplyCutter`].
+    memory: SharedMemory,
     turns: usize,
     /// Call time at which the agent's audio queued so far ends.
     speaking_until_s: f64,
@@ -58,7 +112,7 @@ impl Responder {
             voice,
             engine,
             config,
-            history: Arc::new(Mutex::new(Vec::new())),
+            memory: SharedMemory::default(),
             turns: 0,
             speaking_until_s: 0.0,
             call_id: NEXT_CALL.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
@@ -72,7 +126,14 @@ impl Responder {
             call_id: self.call_id,
             system_prompt: self.config.system_prompt.clone(),
             history_messages: self.config.history_messages,
-            history: self.history.clone(),
+            memory: self.memory.clone(),
+        }
+    }
+
+    /// A handle that cuts this call's replies short from another thread.
+    pub fn cutter(&self) -> ReplyCutter {
+        ReplyCutter {
+            memory: self.memory.clone(),
         }
     }
 
@@ -89,9 +150,9 @@ impl Responder {
         if transcript.is_empty() {
             return Ok(None);
         }
-        self.history
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        let turn_index = self.turns + 1;
+        lock(&self.memory)
+            .messages
             .push(Message::new(Role::User, transcript.clone()));
         let messages = self.turn_hint().conversation();
         let mut stream = self.engine.chat(ChatRequest {
@@ -103,31 +164,33 @@ impl Responder {
         let mut splitter = SentenceSplitter::new();
         let mut reply = String::new();
         let (mut first_token_s, mut first_sentence_s, mut first_audio_s) = (None, None, None);
+        let cut = |memory: &SharedMemory| lock(memory).cut.contains_key(&turn_index);
         while let Some(event) = stream.next_blocking() {
+            if cut(&self.memory) {
+                break; // dropping the stream cancels the request in the engine
+            }
             match event.context("engine reply")? {
                 StreamEvent::Text(text) => {
                     first_token_s.get_or_insert_with(|| call_time(Instant::now()));
                     reply.push_str(&text);
                     for sentence in splitter.push(&text) {
                         first_sentence_s.get_or_insert_with(|| call_time(Instant::now()));
-                        let at = self.speak(&sentence, out, &call_time)?;
+                        let at = self.speak(turn_index, &sentence, out, &call_time)?;
                         first_audio_s = first_audio_s.or(at);
                     }
                 }
                 StreamEvent::Done(_) => break,
             }
         }
-        if let Some(rest) = splitter.finish() {
+        drop(stream);
+        if let Some(rest) = splitter.finish().filter(|_| !cut(&self.memory)) {
             first_sentence_s.get_or_insert_with(|| call_time(Instant::now()));
-            let at = self.speak(&rest, out, &call_time)?;
+            let at = self.speak(turn_index, &rest, out, &call_time)?;
             first_audio_s = first_audio_s.or(at);
         }
         let reply = reply.trim().to_string();
-        self.history
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(Message::new(Role::Assistant, reply.clone()));
-        self.turns += 1;
+        remember_reply(&self.memory, turn_index, &reply);
+        self.turns = turn_index;
         let now = call_time(Instant::now());
         Ok(Some(TurnRecord {
             index: self.turns,
@@ -146,6 +209,7 @@ impl Responder {
     /// Synthesizes a sentence and queues it; returns the call time it was handed out.
     fn speak(
         &mut self,
+        turn: usize,
         sentence: &str,
         out: &mut dyn AudioOut,
         call_time: &dyn Fn(Instant) -> f64,
@@ -157,7 +221,14 @@ impl Responder {
         }
         let ready_s = call_time(Instant::now());
         let start_s = ready_s.max(self.speaking_until_s);
-        out.play(start_s, &audio);
+        out.play(
+            start_s,
+            &SpokenSentence {
+                turn,
+                text: sentence.trim(),
+                audio: &audio,
+            },
+        );
         self.speaking_until_s = start_s + audio.duration_s();
         Ok(Some(ready_s))
     }
@@ -171,13 +242,14 @@ pub struct TurnHint {
     call_id: u64,
     system_prompt: String,
     history_messages: usize,
-    history: Arc<Mutex<Vec<Message>>>,
+    memory: SharedMemory,
 }
 
 impl TurnHint {
     /// The system prompt and the call's latest messages.
     fn conversation(&self) -> Vec<Message> {
-        let history = self.history.lock().unwrap_or_else(|e| e.into_inner());
+        let memory = lock(&self.memory);
+        let history = &memory.messages;
         let keep = history.len().saturating_sub(self.history_messages);
         let mut messages = vec![Message::new(Role::System, self.system_prompt.clone())];
         messages.extend_from_slice(&history[keep..]);
@@ -195,4 +267,33 @@ fn speakable(text: &str) -> String {
         .filter(|c| !matches!(c, '*' | '#' | '`' | '_' | '~' | '|' | '<' | '>'))
         .filter(|c| (*c as u32) < 0x1F000)
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn replies(memory: &SharedMemory) -> Vec<String> {
+        lock(memory)
+            .messages
+            .iter()
+            .map(|m| m.content.clone())
+            .collect()
+    }
+
+    #[test]
+    fn the_history_keeps_only_what_the_caller_heard() {
+        let memory = SharedMemory::default();
+        let cutter = ReplyCutter {
+            memory: memory.clone(),
+        };
+        // Cut while its generation still runs: the reply is remembered as heard.
+        cutter.cut(1, "Once upon a");
+        remember_reply(&memory, 1, "Once upon a time, there was a dragon.");
+        // Cut after it was remembered: the message is shortened in place.
+        remember_reply(&memory, 2, "It is Rome. It has seven hills.");
+        cutter.cut(2, "It is Rome.");
+        remember_reply(&memory, 3, "Goodbye.");
+        assert_eq!(replies(&memory), ["Once upon a", "It is Rome.", "Goodbye."]);
+    }
 }

@@ -13,7 +13,7 @@ use sublet_models::{ModelCache, CALLS_DIR};
 pub const DEMO_CALL: &str = "three_turns.wav";
 
 /// Bumped whenever a call's script changes.
-const CALLS_VERSION: &str = "3";
+const CALLS_VERSION: &str = "4";
 
 struct Script {
     file: &'static str,
@@ -52,6 +52,19 @@ const SCRIPTS: &[Script] = &[
             ("Good morning. Is it going to rain today?", 7.0),
             ("What is two plus two?", 7.0),
             ("Great, thanks for your help.", 6.0),
+        ],
+    },
+    // Pieces the turn-taking tests put together: a question with a long answer, words to
+    // interrupt it with, and one sentence spoken in two parts with a pause between.
+    Script {
+        file: "turn_taking.wav",
+        voice: "en-us",
+        lead_s: 0.5,
+        turns: &[
+            ("Tell me a long story about a brave little dragon.", 1.0),
+            ("Wait, stop. What is the capital of Italy?", 1.0),
+            ("I would like to book", 1.2),
+            ("a table for two people tonight.", 1.0),
         ],
     },
 ];

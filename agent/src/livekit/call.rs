@@ -6,14 +6,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Result};
-use sublet_audio::{Audio, SPEECH_RATE};
+use sublet_audio::SPEECH_RATE;
 use sublet_turn_detect::TurnEvent;
 use tokio::sync::{mpsc, watch};
 
 use super::{RoomConnection, RoomEvent};
 use crate::call::CallObserver;
+use crate::playout::Playout;
 use crate::record::TurnRecord;
-use crate::responder::AudioOut;
 use crate::VoiceAgent;
 
 /// The rate the agent's voice is published at (Opus's own).
@@ -62,15 +62,6 @@ impl Activity {
     }
 }
 
-/// The agent's speech, queued for the track.
-struct RoomVoice(mpsc::UnboundedSender<Audio>);
-
-impl AudioOut for RoomVoice {
-    fn play(&mut self, _at_s: f64, audio: &Audio) {
-        let _ = self.0.send(audio.clone());
-    }
-}
-
 /// The topic LiveKit's clients read transcriptions from.
 pub const TRANSCRIPTION_TOPIC: &str = "lk.transcription";
 
@@ -109,6 +100,10 @@ impl CallObserver for RoomObserver<'_> {
             }
         }
         self.inner.turn_event(event);
+    }
+
+    fn interruption(&mut self, interruption: &crate::live::Interruption) {
+        self.inner.interruption(interruption);
     }
 
     fn turn_answered(&mut self, turn: &TurnRecord) {
@@ -192,37 +187,31 @@ impl VoiceAgent {
             })
         };
         let _ = announce.send(Announce::State("listening"));
-        let (speech_tx, mut speech) = mpsc::unbounded_channel::<Audio>();
+        let playout = Playout::new(VOICE_RATE);
+        let (answered_tx, answered) = watch::channel(false);
+        let speaker_playout = playout.clone();
         let speaker_states = announce.clone();
         let speaker_activity = activity.clone();
         // The agent's track carries audio all the time, silence between replies, as a
         // microphone's would: the caller's jitter buffer then never restarts mid-call.
+        // Each 20 ms frame is pulled from the playout as it falls due, so a pause or a cut
+        // is heard within a frame.
         let speaker = runtime.spawn(async move {
-            let silence = vec![0.0; (VOICE_RATE as f64 * TICK.as_secs_f64()) as usize];
+            let mut frame = vec![0.0; (VOICE_RATE as f64 * TICK.as_secs_f64()) as usize];
             let mut speaking = false;
             loop {
-                match tokio::time::timeout(TICK, speech.recv()).await {
-                    Ok(Some(audio)) => {
-                        if !speaking {
-                            speaking = true;
-                            speaker_activity
-                                .agent_speaking
-                                .store(true, Ordering::Relaxed);
-                            let _ = speaker_states.send(Announce::State("speaking"));
-                        }
-                        voice.send(&audio.resampled(VOICE_RATE).samples).await?
-                    }
-                    Ok(None) => break,
-                    Err(_) => {
-                        if speaking {
-                            speaking = false;
-                            speaker_activity
-                                .agent_speaking
-                                .store(false, Ordering::Relaxed);
-                            let _ = speaker_states.send(Announce::State("listening"));
-                        }
-                        voice.send(&silence).await?
-                    }
+                let spoke = speaker_playout.pull(&mut frame);
+                if spoke != speaking {
+                    speaking = spoke;
+                    speaker_activity
+                        .agent_speaking
+                        .store(spoke, Ordering::Relaxed);
+                    let state = if spoke { "speaking" } else { "listening" };
+                    let _ = speaker_states.send(Announce::State(state));
+                }
+                voice.send(&frame).await?;
+                if *answered.borrow() && !speaker_playout.pending() {
+                    break;
                 }
             }
             voice.finish().await
@@ -296,7 +285,8 @@ impl VoiceAgent {
             announce: announce.clone(),
             activity,
         };
-        let turns = self.answer_live(audio_in, Box::new(RoomVoice(speech_tx)), &mut observer);
+        let turns = self.answer_live(audio_in, &playout, &mut observer);
+        let _ = answered_tx.send(true);
         drop(observer);
         drop(announce);
         let (caller, signal_resumes, ended) = runtime

@@ -1,0 +1,293 @@
+//! Turn-taking on a live call, driven by recorded speech: a caller who talks over the
+//! agent stops it and is answered, a cough does not cut the reply, and a pause in the
+//! middle of a sentence does not end the turn. The caller's audio is fed in real time and
+//! a virtual speaker pulls the agent's voice in real time, as a sound card would.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use sublet_agent::{
+    AgentConfig, CallObserver, Interruption, InterruptionOutcome, Playout, TurnRecord, VoiceAgent,
+};
+use sublet_audio::{read_wav, SPEECH_RATE};
+use sublet_models::ModelCache;
+use sublet_stt::{word_error_rate, Transcriber};
+
+const FRAME: usize = SPEECH_RATE as usize / 50;
+const TICK: Duration = Duration::from_millis(20);
+
+/// The pieces of `turn_taking.wav`, by their text's first words.
+fn utterance(cache: &ModelCache, starts_with: &str) -> Vec<f32> {
+    let call = read_wav(cache.call("turn_taking.wav").unwrap()).unwrap();
+    let spans: Value = serde_json::from_str(
+        &std::fs::read_to_string(cache.call("turn_taking.json").unwrap()).unwrap(),
+    )
+    .unwrap();
+    let span = spans["utterances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|u| u["text"].as_str().unwrap().starts_with(starts_with))
+        .unwrap();
+    let at = |key: &str| (span[key].as_f64().unwrap() * call.rate as f64) as usize;
+    call.resampled(SPEECH_RATE).samples[at("start_s")..at("end_s")].to_vec()
+}
+
+fn silence(seconds: f64) -> Vec<f32> {
+    vec![0.0; (seconds * SPEECH_RATE as f64) as usize]
+}
+
+/// What the caller does, in order.
+enum Step {
+    Say(Vec<f32>),
+    /// Silence until the agent has been speaking for this long.
+    AfterAgentSpeaks(Duration),
+}
+
+#[derive(Default)]
+struct Seen {
+    turns: Vec<TurnRecord>,
+    interruptions: Vec<Interruption>,
+}
+
+struct Recorder(Arc<Mutex<Seen>>);
+
+impl CallObserver for Recorder {
+    fn turn_answered(&mut self, turn: &TurnRecord) {
+        self.0.lock().unwrap().turns.push(turn.clone());
+    }
+    fn interruption(&mut self, interruption: &Interruption) {
+        self.0
+            .lock()
+            .unwrap()
+            .interruptions
+            .push(interruption.clone());
+    }
+}
+
+/// A live call run by `steps`, then `tail_s` of silence.
+struct LiveRun {
+    seen: Seen,
+    /// Each 20 ms the speaker pulled: when, and whether it held the agent's speech.
+    played: Vec<(Instant, bool)>,
+    /// Everything the speaker played, 16 kHz.
+    heard: Vec<f32>,
+    /// When each `Say` step's first frame was sent.
+    said_at: Vec<Instant>,
+}
+
+fn live_call(agent: &VoiceAgent, steps: Vec<Step>, tail_s: f64) -> LiveRun {
+    // One call at a time: the tests time the agent in real time on two cores.
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let playout = Playout::new(SPEECH_RATE);
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let done = AtomicBool::new(false);
+    let (audio_tx, audio_in) = mpsc::channel::<Vec<f32>>();
+    let (played, heard, said_at) = std::thread::scope(|scope| {
+        let speaker = scope.spawn(|| {
+            let (mut played, mut heard) = (Vec::new(), Vec::new());
+            let mut frame = vec![0.0; FRAME];
+            let mut next = Instant::now();
+            while !done.load(Ordering::Relaxed) || playout.pending() {
+                let spoke = playout.pull(&mut frame);
+                played.push((Instant::now(), spoke));
+                heard.extend_from_slice(&frame);
+                next += TICK;
+                std::thread::sleep(next.saturating_duration_since(Instant::now()));
+            }
+            (played, heard)
+        });
+        let feeder = scope.spawn(|| {
+            let mut said_at = Vec::new();
+            let mut next = Instant::now();
+            let mut send = |frame: &[f32]| {
+                audio_tx.send(frame.to_vec()).unwrap();
+                next += TICK;
+                std::thread::sleep(next.saturating_duration_since(Instant::now()));
+            };
+            for step in steps {
+                match step {
+                    Step::Say(audio) => {
+                        said_at.push(Instant::now());
+                        audio.chunks(FRAME).for_each(&mut send);
+                    }
+                    Step::AfterAgentSpeaks(wait) => {
+                        let quiet = vec![0.0; FRAME];
+                        let limit = Instant::now() + Duration::from_secs(30);
+                        while !playout.speaking() {
+                            assert!(Instant::now() < limit, "the agent never spoke");
+                            send(&quiet);
+                        }
+                        let until = Instant::now() + wait;
+                        while Instant::now() < until {
+                            send(&quiet);
+                        }
+                    }
+                }
+            }
+            silence(tail_s).chunks(FRAME).for_each(&mut send);
+            drop(audio_tx);
+            said_at
+        });
+        let mut observer = Recorder(seen.clone());
+        agent
+            .answer_live(audio_in, &playout, &mut observer)
+            .expect("the call");
+        let said_at = feeder.join().unwrap();
+        done.store(true, Ordering::Relaxed);
+        let (played, heard) = speaker.join().unwrap();
+        (played, heard, said_at)
+    });
+    let seen = std::mem::take(&mut *seen.lock().unwrap());
+    LiveRun {
+        seen,
+        played,
+        heard,
+        said_at,
+    }
+}
+
+fn agent(cache: &ModelCache) -> VoiceAgent {
+    VoiceAgent::load(cache.clone(), AgentConfig::default()).unwrap()
+}
+
+#[test]
+fn talking_over_the_agent_stops_it_and_gets_an_answer() {
+    let cache = ModelCache::from_env();
+    let agent = agent(&cache);
+    let interruption = utterance(&cache, "Wait, stop.");
+    let onset = interruption
+        .iter()
+        .position(|s| s.abs() > 0.02)
+        .unwrap_or(0);
+    let run = live_call(
+        &agent,
+        vec![
+            Step::Say(utterance(&cache, "Tell me a long story")),
+            Step::AfterAgentSpeaks(Duration::from_millis(800)),
+            Step::Say(interruption.clone()),
+        ],
+        10.0,
+    );
+    let seen = &run.seen;
+    eprintln!("turns: {:#?}", seen.turns);
+    eprintln!("interruptions: {:?}", seen.interruptions);
+    let cut = seen
+        .interruptions
+        .iter()
+        .find_map(|i| match &i.outcome {
+            InterruptionOutcome::Cut { turn, heard } => Some((i, *turn, heard.clone())),
+            _ => None,
+        })
+        .expect("the reply was cut");
+    let (event, turn, heard) = cut;
+    assert_eq!(turn, 1);
+    let reply = &seen.turns[0].reply;
+    // The history keeps what was heard: a start of the reply, not all of it.
+    let heard_words: Vec<&str> = heard.split_whitespace().collect();
+    let reply_words: Vec<&str> = reply.split_whitespace().collect();
+    assert!(
+        heard_words.len() < reply_words.len(),
+        "{heard:?} of {reply:?}"
+    );
+    assert_eq!(
+        heard_words,
+        reply_words[..heard_words.len()],
+        "{heard:?} of {reply:?}"
+    );
+    // The agent's audio stopped while the caller was still speaking.
+    let spoke_at = run.said_at[1] + Duration::from_secs_f64(onset as f64 / SPEECH_RATE as f64);
+    let interruption_ends =
+        run.said_at[1] + Duration::from_secs_f64(interruption.len() as f64 / SPEECH_RATE as f64);
+    let last_spoken = run
+        .played
+        .iter()
+        .filter(|(at, spoke)| *spoke && *at >= spoke_at && *at < interruption_ends)
+        .map(|(at, _)| *at)
+        .max();
+    let kept_talking = last_spoken.map_or(Duration::ZERO, |at| at + TICK - spoke_at);
+    eprintln!(
+        "the agent kept talking {:.0} ms after the caller began (rules: speech at {:.2} s, audio stopped at {:.2} s of the caller's audio)",
+        kept_talking.as_secs_f64() * 1000.0,
+        event.speech_s,
+        event.stopped_s
+    );
+    assert!(kept_talking < interruption_ends - spoke_at);
+    // And the interruption was answered as the next turn.
+    assert_eq!(seen.turns.len(), 2, "{:?}", seen.turns);
+    let wer = word_error_rate(
+        "Wait, stop. What is the capital of Italy?",
+        &seen.turns[1].transcript,
+    );
+    assert!(wer < 0.35, "{:?}", seen.turns[1].transcript);
+}
+
+#[test]
+fn a_cough_does_not_cut_the_reply() {
+    let cache = ModelCache::from_env();
+    let agent = agent(&cache);
+    // 250 ms of a cough-like burst: noise under a fast-decaying envelope.
+    let mut seed = 12345u32;
+    let cough: Vec<f32> = (0..SPEECH_RATE as usize / 4)
+        .map(|n| {
+            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            let noise = (seed >> 8) as f32 / (1u32 << 24) as f32 * 2.0 - 1.0;
+            let t = n as f32 / SPEECH_RATE as f32;
+            0.5 * noise * (-t * 14.0).exp()
+        })
+        .collect();
+    let run = live_call(
+        &agent,
+        vec![
+            Step::Say(utterance(&cache, "Tell me a long story")),
+            Step::AfterAgentSpeaks(Duration::from_millis(800)),
+            Step::Say(cough),
+        ],
+        12.0,
+    );
+    let seen = &run.seen;
+    eprintln!("interruptions: {:?}", seen.interruptions);
+    assert!(
+        !seen
+            .interruptions
+            .iter()
+            .any(|i| matches!(i.outcome, InterruptionOutcome::Cut { .. })),
+        "{:?}",
+        seen.interruptions
+    );
+    // The caller heard the whole first reply.
+    let reply = &seen.turns[0].reply;
+    let mut stt = Transcriber::load(&cache).unwrap();
+    let heard = stt.transcribe(&run.heard).unwrap();
+    let wer = word_error_rate(reply, &heard);
+    eprintln!("reply {reply:?}; heard {heard:?} (WER {wer:.3})");
+    assert!(wer < 0.35, "heard {heard:?} of {reply:?}");
+}
+
+#[test]
+fn a_pause_in_the_middle_of_a_sentence_does_not_end_the_turn() {
+    let cache = ModelCache::from_env();
+    let agent = agent(&cache);
+    let run = live_call(
+        &agent,
+        vec![
+            Step::Say(utterance(&cache, "I would like to book")),
+            Step::Say(silence(1.2)),
+            Step::Say(utterance(&cache, "a table for two")),
+        ],
+        6.0,
+    );
+    let turns = &run.seen.turns;
+    eprintln!("{turns:#?}");
+    assert_eq!(turns.len(), 1, "{turns:?}");
+    // Both halves are in the one turn.
+    let transcript = turns[0].transcript.to_lowercase();
+    assert!(
+        transcript.contains("would like") && transcript.contains("table for two"),
+        "{transcript:?}"
+    );
+}
