@@ -6,6 +6,9 @@
 
 use std::path::Path;
 
+#[cfg(feature = "devices")]
+pub mod device;
+
 use rubato::{FftFixedIn, Resampler};
 
 /// The rate the VAD, the end-of-turn model and Whisper all expect.

@@ -46,12 +46,16 @@ impl SchedulerArgs {
     /// The bundled voice agent on an engine scheduled as asked; `turn_hints` sends the
     /// engine a one-token hint when the caller stops speaking.
     pub fn voice_agent(&self, turn_hints: bool) -> Result<VoiceAgent> {
-        let cache = ModelCache::from_env();
-        let engine = Arc::new(Engine::load(&self.engine_config(&cache)?)?);
-        let config = AgentConfig {
+        self.voice_agent_with(AgentConfig {
             turn_hints,
             ..AgentConfig::default()
-        };
+        })
+    }
+
+    /// The bundled voice agent, configured as given, on an engine scheduled as asked.
+    pub fn voice_agent_with(&self, config: AgentConfig) -> Result<VoiceAgent> {
+        let cache = ModelCache::from_env();
+        let engine = Arc::new(Engine::load(&self.engine_config(&cache)?)?);
         Ok(VoiceAgent::with_engine(cache, engine, config))
     }
 }

