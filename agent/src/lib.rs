@@ -36,7 +36,9 @@ pub use call::{CallObserver, CallOutcome, Pacing, Quiet, ReplyTrack};
 pub use live::{Interruption, InterruptionOutcome};
 pub use playout::Playout;
 pub use record::{stage_medians, turn_table, TurnRecord, STAGE_NAMES};
-pub use responder::{AudioOut, FinishedTurn, ReplyCutter, Responder, SpokenSentence, TurnHint};
+pub use responder::{
+    AudioOut, FinishedTurn, ReplyCutter, Responder, SpokenSentence, TurnHint, TurnWork,
+};
 
 /// How the agent behaves.
 #[derive(Debug, Clone)]
@@ -52,6 +54,10 @@ pub struct AgentConfig {
     pub turn_hints: bool,
     /// How the caller can talk over the agent (live calls).
     pub interruptions: InterruptionConfig,
+    /// Start the reply as soon as the caller stops speaking, before the end of their turn is
+    /// certain; keep it if the turn ends there, cancel it in the engine if they go on (live
+    /// calls). Off by default: on 2 cores a cancelled reply's work competes with the rest.
+    pub preemptive_generation: bool,
 }
 
 impl Default for AgentConfig {
@@ -66,6 +72,7 @@ impl Default for AgentConfig {
             endpoint: EndpointConfig::default(),
             turn_hints: false,
             interruptions: InterruptionConfig::default(),
+            preemptive_generation: false,
         }
     }
 }

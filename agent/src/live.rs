@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 use std::sync::mpsc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use sublet_audio::SPEECH_RATE;
@@ -15,7 +15,7 @@ use crate::barge_in::{BargeIn, BargeInAction};
 use crate::call::CallObserver;
 use crate::playout::Playout;
 use crate::record::TurnRecord;
-use crate::responder::{FinishedTurn, ReplyCutter};
+use crate::responder::{FinishedTurn, ReplyCutter, TurnWork};
 use crate::VoiceAgent;
 
 /// Audio frames fed to the detector: 20 ms.
@@ -68,16 +68,19 @@ impl VoiceAgent {
             recent: VecDeque::new(),
             recent_start: 0,
         };
-        // Call time starts with the caller's first audio, as the detector's does.
+        // Call time starts with the caller's first audio, as the detector's clock does.
         let mut started: Option<Instant> = None;
         let mut consumed = 0usize;
-        let (turns_tx, turns_rx) = mpsc::channel::<FinishedTurn>();
+        let (turns_tx, turns_rx) = mpsc::channel::<TurnWork>();
+        let preemptive = self.config.preemptive_generation;
+        // A reply started for the turn in progress, to cancel if the caller goes on.
+        let mut preempted = false;
         let (records_tx, records_rx) = mpsc::channel::<Result<Option<TurnRecord>>>();
         std::thread::scope(|scope| {
             let mut out = playout.writer();
             scope.spawn(move || {
-                for turn in turns_rx {
-                    let _ = records_tx.send(responder.respond(turn, &mut out));
+                for work in turns_rx {
+                    let _ = records_tx.send(responder.handle(work, &mut out));
                 }
             });
             let mut records = Vec::new();
@@ -91,8 +94,21 @@ impl VoiceAgent {
                 Ok(())
             };
             let mut pending = Vec::new();
-            for piece in audio_in {
-                let started = *started.get_or_insert_with(Instant::now);
+            for mut piece in audio_in.iter() {
+                if started.is_none() {
+                    // Audio may have queued up while the models loaded: the call began that
+                    // long ago, on the caller's clock.
+                    while let Ok(more) = audio_in.try_recv() {
+                        piece.extend(more);
+                    }
+                    let queued = Duration::from_secs_f64(piece.len() as f64 / SPEECH_RATE as f64);
+                    started = Some(
+                        Instant::now()
+                            .checked_sub(queued)
+                            .unwrap_or_else(Instant::now),
+                    );
+                }
+                let started = started.expect("set above");
                 pending.extend_from_slice(&piece);
                 while pending.len() >= FRAME {
                     let frame: Vec<f32> = pending.drain(..FRAME).collect();
@@ -101,8 +117,23 @@ impl VoiceAgent {
                     for event in detector.push(&frame)? {
                         observer.turn_event(&event);
                         interruptions.turn_event(&event);
-                        if let (TurnEvent::SpeechStopped { .. }, Some(hint)) = (&event, &hint) {
-                            hint.send()?;
+                        match &event {
+                            TurnEvent::SpeechStopped { at_s, .. } if preemptive => {
+                                if let Some(audio) = detector.turn_audio(*at_s) {
+                                    turns_tx.send(TurnWork::Preempt { audio })?;
+                                    preempted = true;
+                                }
+                            }
+                            TurnEvent::SpeechStopped { .. } => {
+                                if let Some(hint) = &hint {
+                                    hint.send()?;
+                                }
+                            }
+                            TurnEvent::SpeechStarted { .. } if preempted => {
+                                turns_tx.send(TurnWork::Discard)?;
+                                preempted = false;
+                            }
+                            _ => {}
                         }
                         if let TurnEvent::EndOfTurn {
                             speech_end_s,
@@ -111,13 +142,14 @@ impl VoiceAgent {
                             ..
                         } = event
                         {
-                            turns_tx.send(FinishedTurn {
+                            preempted = false;
+                            turns_tx.send(TurnWork::Answer(FinishedTurn {
                                 caller_stop_s: speech_end_s,
                                 end_of_turn_s: started.elapsed().as_secs_f64(),
                                 judged_at: Instant::now(),
                                 end_of_turn_score,
                                 audio,
-                            })?;
+                            }))?;
                         }
                     }
                     let now_s = consumed as f64 / SPEECH_RATE as f64;

@@ -24,6 +24,13 @@ pub struct TurnRecord {
     pub first_audio_s: f64,
     /// Smart Turn's score when the caller stopped.
     pub end_of_turn_score: Option<f32>,
+    /// The reply given was started as the caller stopped speaking, before the end of their
+    /// turn was certain (preemptive generation).
+    #[serde(default)]
+    pub preemptive: bool,
+    /// Replies started that way during the turn and cancelled because the caller went on.
+    #[serde(default)]
+    pub preemptive_discarded: usize,
 }
 
 impl TurnRecord {
@@ -162,6 +169,8 @@ mod tests {
             first_sentence_s: stop + 1.5,
             first_audio_s: stop + 1.75,
             end_of_turn_score: Some(0.9),
+            preemptive: false,
+            preemptive_discarded: 0,
         }
     }
 

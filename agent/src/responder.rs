@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use sublet_audio::Audio;
-use sublet_engine::{ChatRequest, Engine, Message, Role, StreamEvent, VOICE_PRIORITY};
+use sublet_engine::{ChatRequest, Engine, Message, ReplyStream, Role, StreamEvent, VOICE_PRIORITY};
 use sublet_stt::Transcriber;
 use sublet_tts::Voice;
 
@@ -100,6 +100,28 @@ pub struct Responder {
     speaking_until_s: f64,
     /// This call's session id in the engine.
     call_id: u64,
+    /// A reply started as the caller stopped speaking, held until their turn ends.
+    held: Option<HeldReply>,
+    /// Held replies of the turn in progress cancelled because the caller went on.
+    discarded: usize,
+}
+
+/// A reply generated ahead of the end of the turn (preemptive generation).
+struct HeldReply {
+    transcript: String,
+    transcript_at: Instant,
+    stream: ReplyStream,
+}
+
+/// Work for a call's responder, in the order the call produces it.
+pub enum TurnWork {
+    /// The caller stopped speaking, and their turn may be over: transcribe what they said
+    /// and start the reply now, held until the turn ends.
+    Preempt { audio: Vec<f32> },
+    /// The caller spoke again before their turn ended: the held reply is cancelled.
+    Discard,
+    /// The turn is over: answer it, with the held reply when there is one.
+    Answer(FinishedTurn),
 }
 
 /// Numbers the calls of this process, for the engine's sessions.
@@ -116,7 +138,51 @@ impl Responder {
             turns: 0,
             speaking_until_s: 0.0,
             call_id: NEXT_CALL.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            held: None,
+            discarded: 0,
         }
+    }
+
+    /// Does one piece of work; a record when a turn was answered.
+    pub fn handle(&mut self, work: TurnWork, out: &mut dyn AudioOut) -> Result<Option<TurnRecord>> {
+        match work {
+            TurnWork::Preempt { audio } => {
+                self.preempt(&audio)?;
+                Ok(None)
+            }
+            TurnWork::Discard => {
+                // Dropping the held stream cancels its request in the engine.
+                self.discarded += usize::from(self.held.take().is_some());
+                Ok(None)
+            }
+            TurnWork::Answer(turn) => self.respond(turn, out),
+        }
+    }
+
+    /// Starts the reply to what the caller said so far, and holds it.
+    fn preempt(&mut self, audio: &[f32]) -> Result<()> {
+        self.held = None;
+        let transcript = self.stt.transcribe(audio)?;
+        if transcript.is_empty() {
+            return Ok(());
+        }
+        let mut messages = self.turn_hint().conversation();
+        messages.push(Message::new(Role::User, transcript.clone()));
+        let stream = self.chat(messages)?;
+        self.held = Some(HeldReply {
+            transcript,
+            transcript_at: Instant::now(),
+            stream,
+        });
+        Ok(())
+    }
+
+    fn chat(&self, messages: Vec<Message>) -> Result<ReplyStream> {
+        self.engine.chat(ChatRequest {
+            priority: VOICE_PRIORITY,
+            session: Some(self.call_id),
+            ..ChatRequest::new(messages, self.config.max_reply_tokens)
+        })
     }
 
     /// A handle that sends this call's turn hint from another thread.
@@ -143,23 +209,30 @@ impl Responder {
         turn: FinishedTurn,
         out: &mut dyn AudioOut,
     ) -> Result<Option<TurnRecord>> {
+        // Work done before the turn ended counts as done at its end.
         let call_time =
             |at: Instant| turn.end_of_turn_s + at.duration_since(turn.judged_at).as_secs_f64();
-        let transcript = self.stt.transcribe(&turn.audio)?;
-        let transcript_s = call_time(Instant::now());
-        if transcript.is_empty() {
-            return Ok(None);
-        }
+        let preemptive = self.held.is_some();
+        let preemptive_discarded = std::mem::take(&mut self.discarded);
         let turn_index = self.turns + 1;
-        lock(&self.memory)
-            .messages
-            .push(Message::new(Role::User, transcript.clone()));
-        let messages = self.turn_hint().conversation();
-        let mut stream = self.engine.chat(ChatRequest {
-            priority: VOICE_PRIORITY,
-            session: Some(self.call_id),
-            ..ChatRequest::new(messages, self.config.max_reply_tokens)
-        })?;
+        let (transcript, transcript_s, mut stream) = match self.held.take() {
+            Some(held) => {
+                let user = Message::new(Role::User, held.transcript.clone());
+                lock(&self.memory).messages.push(user);
+                (held.transcript, call_time(held.transcript_at), held.stream)
+            }
+            None => {
+                let transcript = self.stt.transcribe(&turn.audio)?;
+                let transcript_s = call_time(Instant::now());
+                if transcript.is_empty() {
+                    return Ok(None);
+                }
+                let user = Message::new(Role::User, transcript.clone());
+                lock(&self.memory).messages.push(user);
+                let stream = self.chat(self.turn_hint().conversation())?;
+                (transcript, transcript_s, stream)
+            }
+        };
 
         let mut splitter = SentenceSplitter::new();
         let mut reply = String::new();
@@ -203,6 +276,8 @@ impl Responder {
             first_sentence_s: first_sentence_s.unwrap_or(now),
             first_audio_s: first_audio_s.unwrap_or(now),
             end_of_turn_score: turn.end_of_turn_score,
+            preemptive,
+            preemptive_discarded,
         }))
     }
 

@@ -43,20 +43,52 @@ impl SchedulerArgs {
         })
     }
 
-    /// The bundled voice agent on an engine scheduled as asked; `turn_hints` sends the
-    /// engine a one-token hint when the caller stops speaking.
-    pub fn voice_agent(&self, turn_hints: bool) -> Result<VoiceAgent> {
-        self.voice_agent_with(AgentConfig {
-            turn_hints,
-            ..AgentConfig::default()
-        })
-    }
-
     /// The bundled voice agent, configured as given, on an engine scheduled as asked.
     pub fn voice_agent_with(&self, config: AgentConfig) -> Result<VoiceAgent> {
         let cache = ModelCache::from_env();
         let engine = Arc::new(Engine::load(&self.engine_config(&cache)?)?);
         Ok(VoiceAgent::with_engine(cache, engine, config))
+    }
+}
+
+/// How the agent takes turns, as the demos' flags set it.
+#[derive(Args, Debug, Clone)]
+pub struct AgentArgs {
+    /// Send the engine a one-token turn hint when the caller stops speaking.
+    #[arg(long)]
+    pub turn_hints: bool,
+    /// Start each reply as soon as the caller stops speaking, before the end of their turn
+    /// is certain; it is cancelled if they go on (live calls).
+    #[arg(long)]
+    pub preemptive: bool,
+    /// Adapt the unsure end-of-turn wait to the caller's own pauses.
+    #[arg(long)]
+    pub dynamic_endpointing: bool,
+    /// How long the caller must speak over the agent to interrupt it, in seconds.
+    #[arg(long, default_value_t = 0.5)]
+    pub min_interruption: f64,
+    /// The caller cannot interrupt the agent.
+    #[arg(long)]
+    pub no_interruptions: bool,
+}
+
+impl AgentArgs {
+    pub fn config(&self) -> AgentConfig {
+        let defaults = AgentConfig::default();
+        AgentConfig {
+            turn_hints: self.turn_hints,
+            preemptive_generation: self.preemptive,
+            endpoint: sublet_turn_detect::EndpointConfig {
+                dynamic: self.dynamic_endpointing,
+                ..defaults.endpoint.clone()
+            },
+            interruptions: sublet_agent::InterruptionConfig {
+                enabled: !self.no_interruptions,
+                min_speech_s: self.min_interruption,
+                ..defaults.interruptions.clone()
+            },
+            ..defaults
+        }
     }
 }
 

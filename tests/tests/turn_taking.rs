@@ -291,3 +291,55 @@ fn a_pause_in_the_middle_of_a_sentence_does_not_end_the_turn() {
         "{transcript:?}"
     );
 }
+
+fn preemptive_agent(cache: &ModelCache) -> VoiceAgent {
+    let mut agent = agent(cache);
+    agent.config.preemptive_generation = true;
+    agent
+}
+
+#[test]
+fn a_reply_started_as_the_caller_stops_is_kept_when_the_turn_ends_there() {
+    let cache = ModelCache::from_env();
+    let question = || vec![Step::Say(utterance(&cache, "Wait, stop."))];
+    let mut agent = agent(&cache);
+    let without = live_call(&agent, question(), 6.0).seen.turns;
+    agent.config.preemptive_generation = true;
+    let turns = live_call(&agent, question(), 6.0).seen.turns;
+    eprintln!("{turns:#?}");
+    assert_eq!(turns.len(), 1, "{turns:?}");
+    assert!(turns[0].preemptive);
+    assert!(!without[0].preemptive);
+    assert!(!turns[0].reply.is_empty());
+    eprintln!(
+        "voice to voice {:.2} s with the reply started as the caller stopped, {:.2} s without (end of turn {:.2} s after the stop)",
+        turns[0].voice_to_voice_s(),
+        without[0].voice_to_voice_s(),
+        turns[0].stage_latencies()[0]
+    );
+}
+
+#[test]
+fn a_reply_started_at_a_pause_is_cancelled_when_the_caller_goes_on() {
+    let cache = ModelCache::from_env();
+    let run = live_call(
+        &preemptive_agent(&cache),
+        vec![
+            Step::Say(utterance(&cache, "I would like to book")),
+            Step::Say(silence(1.2)),
+            Step::Say(utterance(&cache, "a table for two")),
+        ],
+        6.0,
+    );
+    let turns = &run.seen.turns;
+    eprintln!("{turns:#?}");
+    assert_eq!(turns.len(), 1, "{turns:?}");
+    // The reply started at the pause was cancelled; the one given answers the whole
+    // sentence (itself started when the caller stopped the second time).
+    assert_eq!(turns[0].preemptive_discarded, 1, "{turns:?}");
+    let transcript = turns[0].transcript.to_lowercase();
+    assert!(
+        transcript.contains("would like") && transcript.contains("table for two"),
+        "{transcript:?}"
+    );
+}

@@ -118,6 +118,13 @@ impl TurnDetector {
         })
     }
 
+    /// The audio of the turn in progress up to speech that ended at `speech_end_s`, padded
+    /// as the end-of-turn event's is: for work that starts before the turn is over.
+    pub fn turn_audio(&self, speech_end_s: f64) -> Option<Vec<f32>> {
+        let start_s = self.rules.turn_start_s()?;
+        Some(self.audio_between(start_s - PAD_S, speech_end_s + PAD_S))
+    }
+
     /// The kept audio between two call times (clipped to what is kept).
     fn audio_between(&self, from_s: f64, to_s: f64) -> Vec<f32> {
         let to_index = |s: f64| {

@@ -7,6 +7,11 @@
 //! - The turn ends `min_delay_s` after the speech stopped when the end-of-turn model is
 //!   confident (score at or above `end_of_turn_threshold`), else `max_delay_s` after it
 //!   (LiveKit Agents' endpointing: 0.5 s and 3.0 s). Speech before then continues the turn.
+//! - Dynamic endpointing (optional) adapts the unsure wait to the caller: each pause they
+//!   made inside a turn (speech stopped, then resumed before the turn ended) updates a
+//!   running average, and an unsure stop waits that average plus `dynamic_margin_s`, kept
+//!   between the minimum and the maximum delay. A caller who pauses briefly mid-turn is
+//!   answered sooner; one who pauses long is still waited for.
 
 /// Thresholds and delays, in seconds of audio.
 #[derive(Debug, Clone, PartialEq)]
@@ -18,6 +23,12 @@ pub struct EndpointConfig {
     pub min_delay_s: f64,
     pub max_delay_s: f64,
     pub end_of_turn_threshold: f32,
+    /// Adapt the unsure wait to the caller's own pauses.
+    pub dynamic: bool,
+    /// How much longer than the caller's usual mid-turn pause an unsure stop waits.
+    pub dynamic_margin_s: f64,
+    /// The weight of the newest pause in the running average.
+    pub dynamic_weight: f64,
 }
 
 impl Default for EndpointConfig {
@@ -30,6 +41,9 @@ impl Default for EndpointConfig {
             min_delay_s: 0.5,
             max_delay_s: 3.0,
             end_of_turn_threshold: 0.5,
+            dynamic: false,
+            dynamic_margin_s: 0.5,
+            dynamic_weight: 0.3,
         }
     }
 }
@@ -76,6 +90,8 @@ pub struct Endpointer {
     config: EndpointConfig,
     state: State,
     turn_start_s: Option<f64>,
+    /// The running average of the caller's pauses inside a turn.
+    pause_average_s: Option<f64>,
 }
 
 impl Endpointer {
@@ -84,7 +100,13 @@ impl Endpointer {
             config,
             state: State::Silent,
             turn_start_s: None,
+            pause_average_s: None,
         }
+    }
+
+    /// The running average of the caller's pauses inside a turn, once one was seen.
+    pub fn pause_average_s(&self) -> Option<f64> {
+        self.pause_average_s
     }
 
     pub fn config(&self) -> &EndpointConfig {
@@ -159,6 +181,12 @@ impl Endpointer {
                 };
                 if let Some(since) = onset_s {
                     if end_s - since >= c.min_speech_s {
+                        let weight = c.dynamic_weight;
+                        let pause = since - speech_end_s;
+                        self.pause_average_s = Some(match self.pause_average_s {
+                            Some(average) => weight * pause + (1.0 - weight) * average,
+                            None => pause,
+                        });
                         self.state = State::Speaking {
                             last_speech_end_s: end_s,
                         };
@@ -184,9 +212,13 @@ impl Endpointer {
 
     /// The delay after speech end the rules wait for a given score (`None`: not scored yet).
     pub fn delay_for(&self, score: Option<f32>) -> f64 {
-        match score {
-            Some(s) if s >= self.config.end_of_turn_threshold => self.config.min_delay_s,
-            _ => self.config.max_delay_s,
+        let c = &self.config;
+        match (score, self.pause_average_s) {
+            (Some(s), _) if s >= c.end_of_turn_threshold => c.min_delay_s,
+            (_, Some(average)) if c.dynamic => {
+                (average + c.dynamic_margin_s).clamp(c.min_delay_s, c.max_delay_s)
+            }
+            _ => c.max_delay_s,
         }
     }
 
@@ -312,6 +344,50 @@ mod tests {
             })
             .collect();
         assert_eq!(ends, vec![0.0], "{events:?}");
+    }
+
+    /// Three turns, each with a 0.64 s pause inside, then an unsure stop: how long after
+    /// the last stop the turn ended.
+    fn last_unsure_wait(config: EndpointConfig) -> f64 {
+        let mut ep = Endpointer::new(config);
+        let turn = frames(&[(0.9, 30), (0.0, 20), (0.9, 30), (0.0, 120)]);
+        let probs: Vec<f32> = (0..3).flat_map(|_| turn.clone()).collect();
+        let events = run(&mut ep, &probs, 0.1);
+        let EndpointEvent::EndOfTurn {
+            decided_s,
+            speech_end_s,
+            ..
+        } = events.last().unwrap().1
+        else {
+            panic!("{events:?}")
+        };
+        decided_s - speech_end_s
+    }
+
+    #[test]
+    fn dynamic_endpointing_waits_about_as_long_as_the_caller_pauses() {
+        let fixed = last_unsure_wait(EndpointConfig::default());
+        let dynamic = last_unsure_wait(EndpointConfig {
+            dynamic: true,
+            ..EndpointConfig::default()
+        });
+        assert!((fixed - 3.0).abs() < FRAME, "{fixed}");
+        // 0.64 s pauses and a 0.5 s margin: about 1.14 s.
+        assert!((dynamic - 1.14).abs() < 2.0 * FRAME, "{dynamic}");
+    }
+
+    #[test]
+    fn dynamic_endpointing_stays_within_the_delays() {
+        let mut ep = Endpointer::new(EndpointConfig {
+            dynamic: true,
+            ..EndpointConfig::default()
+        });
+        assert_eq!(ep.delay_for(Some(0.1)), 3.0); // nothing learned yet
+        ep.pause_average_s = Some(0.01);
+        assert!((ep.delay_for(Some(0.1)) - 0.51).abs() < 1e-9);
+        ep.pause_average_s = Some(9.0);
+        assert_eq!(ep.delay_for(Some(0.1)), 3.0);
+        assert_eq!(ep.delay_for(Some(0.9)), 0.5);
     }
 
     #[test]

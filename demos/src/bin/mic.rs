@@ -19,11 +19,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use clap::Parser;
 use sublet_agent::{
-    turn_table, AgentConfig, CallObserver, Interruption, InterruptionConfig, InterruptionOutcome,
-    Playout, TurnRecord,
+    turn_table, CallObserver, Interruption, InterruptionOutcome, Playout, TurnRecord,
 };
 use sublet_audio::device::{device_names, open_microphone, open_speaker};
-use sublet_demos::SchedulerArgs;
+use sublet_demos::{AgentArgs, SchedulerArgs};
 use sublet_turn_detect::TurnEvent;
 
 #[derive(Parser, Debug)]
@@ -48,9 +47,8 @@ struct Args {
     /// Where to write each turn's transcript, reply and stage times as JSON.
     #[arg(long)]
     timeline: Option<PathBuf>,
-    /// Send the engine a one-token turn hint when the caller stops speaking.
-    #[arg(long)]
-    turn_hints: bool,
+    #[command(flatten)]
+    agent: AgentArgs,
     #[command(flatten)]
     scheduler: SchedulerArgs,
 }
@@ -117,15 +115,10 @@ fn run(args: Args) -> Result<()> {
         return Ok(());
     }
     let half_duplex = !args.full_duplex;
-    let agent = args.scheduler.voice_agent_with(AgentConfig {
-        turn_hints: args.turn_hints,
-        // Half duplex: the agent cannot hear the caller over itself.
-        interruptions: InterruptionConfig {
-            enabled: args.full_duplex,
-            ..InterruptionConfig::default()
-        },
-        ..AgentConfig::default()
-    })?;
+    let mut config = args.agent.config();
+    // Half duplex: the agent cannot hear the caller over itself.
+    config.interruptions.enabled &= args.full_duplex;
+    let agent = args.scheduler.voice_agent_with(config)?;
 
     let mut playout = None;
     let speaker = open_speaker(args.output.as_deref(), |rate| {

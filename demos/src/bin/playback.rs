@@ -11,7 +11,7 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use clap::Parser;
 use sublet_agent::{turn_table, Pacing, STAGE_NAMES};
-use sublet_demos::{Progress, SchedulerArgs};
+use sublet_demos::{AgentArgs, Progress, SchedulerArgs};
 
 /// Feed a recorded call (any WAV) through the voice pipeline and write the agent's replies.
 #[derive(Parser, Debug)]
@@ -34,9 +34,8 @@ struct Args {
     /// Sample rate of the reply WAV (default: the call's own rate).
     #[arg(long)]
     rate: Option<u32>,
-    /// Send the engine a one-token turn hint when the caller stops speaking.
-    #[arg(long)]
-    turn_hints: bool,
+    #[command(flatten)]
+    agent: AgentArgs,
     #[command(flatten)]
     scheduler: SchedulerArgs,
 }
@@ -60,7 +59,7 @@ fn run(args: Args) -> Result<()> {
         }
     );
     let loading = Instant::now();
-    let agent = args.scheduler.voice_agent(args.turn_hints)?;
+    let agent = args.scheduler.voice_agent_with(args.agent.config())?;
     eprintln!(
         "playback: models loaded in {:.1} s",
         loading.elapsed().as_secs_f64()

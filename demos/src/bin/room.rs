@@ -11,7 +11,7 @@ use anyhow::{bail, Result};
 use clap::Parser;
 use sublet_agent::livekit::LiveKitCredentials;
 use sublet_agent::turn_table;
-use sublet_demos::{Progress, SchedulerArgs};
+use sublet_demos::{AgentArgs, Progress, SchedulerArgs};
 
 #[derive(Parser, Debug)]
 #[command(name = "room")]
@@ -29,9 +29,8 @@ struct Args {
     /// The agent's identity in the room, when minting the token.
     #[arg(long, default_value = "sublet-agent")]
     identity: String,
-    /// Send the engine a one-token turn hint when the caller stops speaking.
-    #[arg(long)]
-    turn_hints: bool,
+    #[command(flatten)]
+    agent: AgentArgs,
     #[command(flatten)]
     scheduler: SchedulerArgs,
 }
@@ -54,7 +53,7 @@ fn run(args: Args) -> Result<()> {
             bail!("give --url and --token, or --room NAME with LiveKit's environment variables")
         }
     };
-    let agent = args.scheduler.voice_agent(args.turn_hints)?;
+    let agent = args.scheduler.voice_agent_with(args.agent.config())?;
     let runtime = tokio::runtime::Runtime::new()?;
     eprintln!("room: joining {url}");
     let call = agent.answer_room(runtime.handle(), &url, &token, &mut Progress::default())?;

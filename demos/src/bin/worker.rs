@@ -12,7 +12,7 @@ use anyhow::Result;
 use clap::Parser;
 use sublet_agent::livekit::{LiveKitCredentials, WorkerOptions};
 use sublet_agent::{turn_table, CallObserver};
-use sublet_demos::{Progress, SchedulerArgs};
+use sublet_demos::{AgentArgs, Progress, SchedulerArgs};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 
@@ -28,9 +28,8 @@ struct Args {
     /// The most calls at once; offers beyond it are declined.
     #[arg(long, default_value_t = 4)]
     max_calls: usize,
-    /// Send the engine a one-token turn hint when a caller stops speaking.
-    #[arg(long)]
-    turn_hints: bool,
+    #[command(flatten)]
+    agent: AgentArgs,
     #[command(flatten)]
     scheduler: SchedulerArgs,
 }
@@ -40,7 +39,7 @@ fn run(args: Args) -> Result<()> {
     if let Some(url) = args.url {
         credentials.url = url;
     }
-    let agent = args.scheduler.voice_agent(args.turn_hints)?;
+    let agent = args.scheduler.voice_agent_with(args.agent.config())?;
     let runtime = tokio::runtime::Runtime::new()?;
     let (drain_tx, drain) = watch::channel(false);
     runtime.spawn(async move {
