@@ -78,6 +78,9 @@ pub trait CallObserver: Send {
     fn turn_answered(&mut self, _turn: &TurnRecord) {}
     /// The caller talked over the agent (a live call).
     fn interruption(&mut self, _interruption: &crate::live::Interruption) {}
+    /// What the caller has said so far of the turn in progress (a live call, when
+    /// `AgentConfig::partial_transcripts_s` is set).
+    fn partial_transcript(&mut self, _text: &str) {}
 }
 
 /// Observes nothing.

@@ -58,6 +58,9 @@ pub struct AgentConfig {
     /// certain; keep it if the turn ends there, cancel it in the engine if they go on (live
     /// calls). Off by default: on 2 cores a cancelled reply's work competes with the rest.
     pub preemptive_generation: bool,
+    /// Transcribe the caller's words while they speak, every this many seconds of speech,
+    /// for a live view ([`CallObserver::partial_transcript`]); each costs a transcription.
+    pub partial_transcripts_s: Option<f64>,
 }
 
 impl Default for AgentConfig {
@@ -73,6 +76,7 @@ impl Default for AgentConfig {
             turn_hints: false,
             interruptions: InterruptionConfig::default(),
             preemptive_generation: false,
+            partial_transcripts_s: None,
         }
     }
 }

@@ -57,7 +57,9 @@ impl VoiceAgent {
         let hint = self.config.turn_hints.then(|| responder.turn_hint());
         let mut interruptions = Interruptions {
             rules: BargeIn::new(self.config.interruptions.clone()),
-            checker: match self.config.interruptions.enabled {
+            checker: match self.config.interruptions.enabled
+                || self.config.partial_transcripts_s.is_some()
+            {
                 true => Some(Transcriber::load(&self.cache)?),
                 false => None,
             },
@@ -75,6 +77,8 @@ impl VoiceAgent {
         let preemptive = self.config.preemptive_generation;
         // A reply started for the turn in progress, to cancel if the caller goes on.
         let mut preempted = false;
+        // When the next partial transcript is due, while the caller speaks.
+        let mut next_partial_s: Option<f64> = None;
         let (records_tx, records_rx) = mpsc::channel::<Result<Option<TurnRecord>>>();
         std::thread::scope(|scope| {
             let mut out = playout.writer();
@@ -154,6 +158,19 @@ impl VoiceAgent {
                     }
                     let now_s = consumed as f64 / SPEECH_RATE as f64;
                     interruptions.step(now_s, playout, observer)?;
+                    if let (Some(every_s), Some(since_s)) = (
+                        self.config.partial_transcripts_s,
+                        interruptions.caller_speech_s,
+                    ) {
+                        let due = *next_partial_s.get_or_insert(since_s + every_s);
+                        if now_s >= due {
+                            let text = interruptions.transcribe_since(since_s)?;
+                            observer.partial_transcript(&text);
+                            next_partial_s = Some(now_s + every_s);
+                        }
+                    } else {
+                        next_partial_s = None;
+                    }
                 }
                 while let Ok(result) = records_rx.try_recv() {
                     answered(result, observer)?;
@@ -171,7 +188,7 @@ impl VoiceAgent {
 /// Carries out the barge-in rules on a live call.
 struct Interruptions {
     rules: BargeIn,
-    /// Transcribes an interruption to check it held words.
+    /// Transcribes an interruption to check it held words, and the partial transcripts.
     checker: Option<Transcriber>,
     cutter: ReplyCutter,
     /// When the caller's current speech began.
@@ -205,6 +222,18 @@ impl Interruptions {
         }
     }
 
+    /// What the caller said since `since_s`, from the audio kept.
+    fn transcribe_since(&mut self, since_s: f64) -> Result<String> {
+        let from = ((since_s * SPEECH_RATE as f64) as usize)
+            .saturating_sub(self.recent_start)
+            .min(self.recent.len());
+        let audio: Vec<f32> = self.recent.range(from..).copied().collect();
+        match self.checker.as_mut() {
+            Some(checker) => checker.transcribe(&audio),
+            None => Ok(String::new()),
+        }
+    }
+
     fn step(
         &mut self,
         now_s: f64,
@@ -222,13 +251,9 @@ impl Interruptions {
                     self.speech_s = self.caller_speech_s.unwrap_or(now_s);
                 }
                 BargeInAction::CheckWords { since_s } => {
-                    let from = ((since_s * SPEECH_RATE as f64) as usize)
-                        .saturating_sub(self.recent_start)
-                        .min(self.recent.len());
-                    let audio: Vec<f32> = self.recent.range(from..).copied().collect();
-                    let words = match self.checker.as_mut() {
-                        Some(checker) => !checker.transcribe(&audio)?.trim().is_empty(),
-                        None => true,
+                    let words = match self.checker.is_some() {
+                        true => !self.transcribe_since(since_s)?.trim().is_empty(),
+                        false => true,
                     };
                     action = self.rules.on_words(words);
                 }

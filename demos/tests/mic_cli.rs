@@ -68,6 +68,7 @@ fn the_agent_answers_a_question_asked_into_the_microphone() {
     );
     // The live view showed the turn, its words and its stage latencies.
     assert!(console.contains("you: speaking") && console.contains("agent: thinking"));
+    assert!(console.contains("you (so far): "), "no partial transcript");
     assert!(console.contains(&format!("agent: {reply}")) && console.contains("voice to voice"));
     // And the speaker played the reply.
     let played = sublet_audio::read_wav(&heard).unwrap().resampled(16_000);

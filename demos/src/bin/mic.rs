@@ -1,5 +1,6 @@
 //! Talk to the agent through this machine's microphone and speaker, with a live view of
-//! the call: the caller's and the agent's states, each turn's words and stage latencies.
+//! the call: the caller's and the agent's states, partial and final transcripts, the
+//! agent's replies and each turn's stage latencies.
 //!
 //! ```text
 //! mic [--input NAME] [--output NAME] [--full-duplex] [--seconds N] [--timeline TURNS.json]
@@ -81,6 +82,12 @@ impl CallObserver for Console {
         }
     }
 
+    fn partial_transcript(&mut self, text: &str) {
+        if !text.is_empty() {
+            self.say(&format!("you (so far): {text}"));
+        }
+    }
+
     fn turn_answered(&mut self, turn: &TurnRecord) {
         let [end_of_turn, transcript, token, sentence, audio] = turn.stage_latencies();
         self.say(&format!("you said: {}", turn.transcript));
@@ -118,6 +125,7 @@ fn run(args: Args) -> Result<()> {
     let mut config = args.agent.config();
     // Half duplex: the agent cannot hear the caller over itself.
     config.interruptions.enabled &= args.full_duplex;
+    config.partial_transcripts_s = Some(1.0);
     let agent = args.scheduler.voice_agent_with(config)?;
 
     let mut playout = None;
