@@ -38,6 +38,22 @@ impl Default for InterruptionConfig {
     }
 }
 
+/// The caller's speech in progress, on the call's clock.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CallerSpeech {
+    /// When it began.
+    pub started_s: f64,
+    /// The end of its latest voiced frame: how long it has really lasted, not counting the
+    /// silence the detector waits before it calls the speech stopped.
+    pub voiced_until_s: f64,
+}
+
+impl CallerSpeech {
+    fn duration_s(&self) -> f64 {
+        self.voiced_until_s - self.started_s
+    }
+}
+
 /// What the rules ask of the call.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum BargeInAction {
@@ -91,15 +107,16 @@ impl BargeIn {
         matches!(self.state, State::Paused { .. } | State::Checking { .. })
     }
 
-    /// One step at call time `now_s`: `caller_speech_s` is when the caller's current speech
-    /// began (`None` while they are silent), `agent_speaking` whether the agent's audio is
-    /// playing.
+    /// One step at call time `now_s`: `caller` is the caller's speech in progress (`None`
+    /// while they are silent), `agent_speaking` whether the agent's audio is playing.
     pub fn on_frame(
         &mut self,
         now_s: f64,
-        caller_speech_s: Option<f64>,
+        caller: Option<CallerSpeech>,
         agent_speaking: bool,
     ) -> Option<BargeInAction> {
+        let caller_speech_s = caller.map(|c| c.started_s);
+        let long = caller.is_some_and(|c| c.duration_s() + 1e-9 >= self.config.min_speech_s);
         if let State::Settled { speech_s } = self.state {
             if caller_speech_s == Some(speech_s) {
                 return None;
@@ -110,7 +127,6 @@ impl BargeIn {
             State::Settled { .. } => None,
             State::Listening => {
                 let speech_s = caller_speech_s?;
-                let long = now_s - speech_s + 1e-9 >= self.config.min_speech_s;
                 if !self.config.enabled || !agent_speaking {
                     return None;
                 }
@@ -131,16 +147,17 @@ impl BargeIn {
             State::Paused {
                 speech_s,
                 paused_s,
-                long,
+                long: long_was,
             } => {
                 let stopped = caller_speech_s != Some(speech_s);
-                if !long {
+                let long_now = long && !stopped;
+                if !long_was {
                     if stopped {
                         // Too short to interrupt: a cough.
                         self.state = State::Settled { speech_s };
                         return Some(BargeInAction::Resume);
                     }
-                    if now_s - speech_s + 1e-9 < self.config.min_speech_s {
+                    if !long_now {
                         return None;
                     }
                     if !self.config.resume_false_interruptions {
@@ -195,7 +212,10 @@ mod tests {
         let mut now = 0.0;
         while now < to_s {
             now += 0.02;
-            let speaking = (now >= speech.0 && now < speech.1).then_some(speech.0);
+            let speaking = (now >= speech.0 && now < speech.1).then_some(CallerSpeech {
+                started_s: speech.0,
+                voiced_until_s: now,
+            });
             if let Some(action) = rules.on_frame(now, speaking, agent_speaking) {
                 actions.push(((now * 100.0).round() / 100.0, action));
             }
@@ -243,6 +263,25 @@ mod tests {
     }
 
     #[test]
+    fn only_voiced_time_counts_toward_an_interruption() {
+        // 0.3 s of voice, then the detector's 0.4 s of silence before it calls it stopped:
+        // still a cough.
+        let mut rules = BargeIn::new(InterruptionConfig::default());
+        let voiced = |now: f64| {
+            Some(CallerSpeech {
+                started_s: 1.0,
+                voiced_until_s: now.min(1.3),
+            })
+        };
+        assert_eq!(
+            rules.on_frame(1.1, voiced(1.1), true),
+            Some(BargeInAction::Pause)
+        );
+        assert_eq!(rules.on_frame(1.6, voiced(1.6), true), None);
+        assert_eq!(rules.on_frame(1.7, None, true), Some(BargeInAction::Resume));
+    }
+
+    #[test]
     fn speech_while_the_agent_is_silent_is_no_interruption() {
         let mut rules = BargeIn::new(InterruptionConfig::default());
         assert!(run(&mut rules, (1.0, 3.0), false, 3.5).is_empty());
@@ -270,9 +309,15 @@ mod tests {
         // No words (a long noise): the reply resumes, and the same noise does not pause it
         // again; new speech can.
         assert_eq!(rules.on_words(false), Some(BargeInAction::Resume));
-        assert_eq!(rules.on_frame(5.0, Some(1.0), true), None);
+        let speech = |started_s, voiced_until_s| {
+            Some(CallerSpeech {
+                started_s,
+                voiced_until_s,
+            })
+        };
+        assert_eq!(rules.on_frame(5.0, speech(1.0, 5.0), true), None);
         assert_eq!(
-            rules.on_frame(6.0, Some(5.5), true),
+            rules.on_frame(6.0, speech(5.5, 6.0), true),
             Some(BargeInAction::Pause)
         );
     }

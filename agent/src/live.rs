@@ -11,7 +11,7 @@ use sublet_audio::SPEECH_RATE;
 use sublet_stt::Transcriber;
 use sublet_turn_detect::TurnEvent;
 
-use crate::barge_in::{BargeIn, BargeInAction};
+use crate::barge_in::{BargeIn, BargeInAction, CallerSpeech};
 use crate::call::CallObserver;
 use crate::playout::Playout;
 use crate::record::TurnRecord;
@@ -157,7 +157,7 @@ impl VoiceAgent {
                         }
                     }
                     let now_s = consumed as f64 / SPEECH_RATE as f64;
-                    interruptions.step(now_s, playout, observer)?;
+                    interruptions.step(now_s, detector.voiced_until_s(), playout, observer)?;
                     if let (Some(every_s), Some(since_s)) = (
                         self.config.partial_transcripts_s,
                         interruptions.caller_speech_s,
@@ -237,12 +237,15 @@ impl Interruptions {
     fn step(
         &mut self,
         now_s: f64,
+        voiced_until_s: Option<f64>,
         playout: &Playout,
         observer: &mut dyn CallObserver,
     ) -> Result<()> {
-        let mut action = self
-            .rules
-            .on_frame(now_s, self.caller_speech_s, playout.speaking());
+        let caller = self.caller_speech_s.map(|started_s| CallerSpeech {
+            started_s,
+            voiced_until_s: voiced_until_s.unwrap_or(started_s).max(started_s),
+        });
+        let mut action = self.rules.on_frame(now_s, caller, playout.speaking());
         while let Some(next) = action.take() {
             match next {
                 BargeInAction::Pause => {

@@ -138,6 +138,12 @@ impl Playout {
             .collect()
     }
 
+    /// What the caller has heard so far of turn `turn`'s reply: its sentences played whole,
+    /// and what was heard of one cut short.
+    pub fn heard(&self, turn: usize) -> String {
+        self.state().heard.get(&turn).cloned().unwrap_or_default()
+    }
+
     /// A writer for the responder.
     pub fn writer(&self) -> PlayoutWriter {
         PlayoutWriter(self.clone())
@@ -205,6 +211,7 @@ mod tests {
         );
         assert!(!playout.pending());
         assert!(!playout.pull(&mut out));
+        assert_eq!(playout.heard(3), "It will rain. Take an umbrella");
         // The rest of that reply, still being synthesized, is not played.
         playout.push(3, "More.", &tone(0.01));
         assert!(!playout.pending());

@@ -77,6 +77,8 @@ struct LiveRun {
     heard: Vec<f32>,
     /// When each `Say` step's first frame was sent.
     said_at: Vec<Instant>,
+    /// What the caller heard of the first reply, by the playout's account.
+    heard_first_reply: String,
 }
 
 fn live_call(agent: &VoiceAgent, steps: Vec<Step>, tail_s: f64) -> LiveRun {
@@ -148,6 +150,7 @@ fn live_call(agent: &VoiceAgent, steps: Vec<Step>, tail_s: f64) -> LiveRun {
         played,
         heard,
         said_at,
+        heard_first_reply: playout.heard(1),
     }
 }
 
@@ -226,26 +229,16 @@ fn talking_over_the_agent_stops_it_and_gets_an_answer() {
     assert!(wer < 0.35, "{:?}", seen.turns[1].transcript);
 }
 
-#[test]
-fn a_cough_does_not_cut_the_reply() {
-    let cache = ModelCache::from_env();
-    let agent = agent(&cache);
-    // 250 ms of a cough-like burst: noise under a fast-decaying envelope.
-    let mut seed = 12345u32;
-    let cough: Vec<f32> = (0..SPEECH_RATE as usize / 4)
-        .map(|n| {
-            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-            let noise = (seed >> 8) as f32 / (1u32 << 24) as f32 * 2.0 - 1.0;
-            let t = n as f32 / SPEECH_RATE as f32;
-            0.5 * noise * (-t * 14.0).exp()
-        })
-        .collect();
+/// The caller makes `sound` while the agent tells its story: the reply must not be cut,
+/// and the caller hears all of it.
+fn sound_over_the_reply(cache: &ModelCache, sound: Vec<f32>) -> LiveRun {
+    let agent = agent(cache);
     let run = live_call(
         &agent,
         vec![
-            Step::Say(utterance(&cache, "Tell me a long story")),
+            Step::Say(utterance(cache, "Tell me a long story")),
             Step::AfterAgentSpeaks(Duration::from_millis(800)),
-            Step::Say(cough),
+            Step::Say(sound),
         ],
         12.0,
     );
@@ -259,13 +252,55 @@ fn a_cough_does_not_cut_the_reply() {
         "{:?}",
         seen.interruptions
     );
-    // The caller heard the whole first reply.
     let reply = &seen.turns[0].reply;
-    let mut stt = Transcriber::load(&cache).unwrap();
-    let heard = stt.transcribe(&run.heard).unwrap();
+    let words = |text: &str| text.split_whitespace().count();
+    assert_eq!(
+        words(&run.heard_first_reply),
+        words(reply),
+        "heard {:?} of {reply:?}",
+        run.heard_first_reply
+    );
+    run
+}
+
+#[test]
+fn a_cough_does_not_cut_the_reply() {
+    let cache = ModelCache::from_env();
+    // 250 ms of a cough-like burst: noise under a fast-decaying envelope.
+    let mut seed = 12345u32;
+    let cough: Vec<f32> = (0..SPEECH_RATE as usize / 4)
+        .map(|n| {
+            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            let noise = (seed >> 8) as f32 / (1u32 << 24) as f32 * 2.0 - 1.0;
+            let t = n as f32 / SPEECH_RATE as f32;
+            0.5 * noise * (-t * 14.0).exp()
+        })
+        .collect();
+    let run = sound_over_the_reply(&cache, cough);
+    // And, by ear: the speaker played the whole reply (the cough made no turn of its own).
+    let reply = &run.seen.turns[0].reply;
+    let heard = Transcriber::load(&cache)
+        .unwrap()
+        .transcribe(&run.heard)
+        .unwrap();
     let wer = word_error_rate(reply, &heard);
     eprintln!("reply {reply:?}; heard {heard:?} (WER {wer:.3})");
     assert!(wer < 0.35, "heard {heard:?} of {reply:?}");
+}
+
+#[test]
+fn a_short_word_over_the_agent_only_pauses_it() {
+    let cache = ModelCache::from_env();
+    // "Oh." (0.33 s): heard as speech, too short to interrupt.
+    let interruptions = sound_over_the_reply(&cache, utterance(&cache, "Oh."))
+        .seen
+        .interruptions;
+    assert!(
+        interruptions
+            .iter()
+            .any(|i| i.outcome == InterruptionOutcome::Resumed),
+        "the agent never paused: {interruptions:?}"
+    );
 }
 
 /// "I would like to book" … 1.2 s … "a table for two people tonight.": one turn, whose

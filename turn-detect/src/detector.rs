@@ -70,6 +70,11 @@ impl TurnDetector {
         self.rules.in_turn()
     }
 
+    /// The end of the caller's latest speech frame, while they speak (or just stopped).
+    pub fn voiced_until_s(&self) -> Option<f64> {
+        self.rules.voiced_until_s()
+    }
+
     /// Feeds 16 kHz samples of any length; returns the events they caused, in order.
     pub fn push(&mut self, samples: &[f32]) -> Result<Vec<TurnEvent>> {
         let mut events = Vec::new();

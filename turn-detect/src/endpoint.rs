@@ -118,6 +118,15 @@ impl Endpointer {
         self.turn_start_s.is_some()
     }
 
+    /// The end of the latest speech frame of the speech in progress (or just stopped).
+    pub fn voiced_until_s(&self) -> Option<f64> {
+        match self.state {
+            State::Speaking { last_speech_end_s } => Some(last_speech_end_s),
+            State::Stopped { speech_end_s, .. } => Some(speech_end_s),
+            State::Silent | State::Onset { .. } => None,
+        }
+    }
+
     /// Start of the turn in progress, if any.
     pub fn turn_start_s(&self) -> Option<f64> {
         self.turn_start_s

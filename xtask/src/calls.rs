@@ -13,7 +13,7 @@ use sublet_models::{ModelCache, CALLS_DIR};
 pub const DEMO_CALL: &str = "three_turns.wav";
 
 /// Bumped whenever a call's script changes.
-const CALLS_VERSION: &str = "4";
+const CALLS_VERSION: &str = "5";
 
 struct Script {
     file: &'static str,
@@ -55,7 +55,8 @@ const SCRIPTS: &[Script] = &[
         ],
     },
     // Pieces the turn-taking tests put together: a question with a long answer, words to
-    // interrupt it with, and one sentence spoken in two parts with a pause between.
+    // interrupt it with, one sentence spoken in two parts with a pause between, and a
+    // sound too short to interrupt.
     Script {
         file: "turn_taking.wav",
         voice: "en-us",
@@ -65,6 +66,7 @@ const SCRIPTS: &[Script] = &[
             ("Wait, stop. What is the capital of Italy?", 1.0),
             ("I would like to book", 1.2),
             ("a table for two people tonight.", 1.0),
+            ("Oh.", 1.0),
         ],
     },
 ];
