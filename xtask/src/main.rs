@@ -5,6 +5,7 @@
 //! - `demo`: setup, then answer the bundled recorded call and print its turn table.
 //! - `test`: setup, then the whole test suite in release.
 //! - `probe`: setup, then make-room's probes on the real engine, off against on.
+//! - `bench`: setup, then the evaluation: recorded calls beside replayed agent sessions.
 //! - `patches save`: regenerate the patch series on mistral.rs from an edited copy.
 
 mod apt;
@@ -28,6 +29,8 @@ commands:
   demo [ARGS]      setup, then answer the bundled recorded call (ARGS go to `playback`)
   test [ARGS]      setup, then run the whole test suite in release (ARGS go to `cargo test`)
   probe [ARGS]     setup, then make-room's probes, off against on (e.g. --json target/probe.json)
+  bench [ARGS]     setup, then calls beside agent sessions, make-room off against on
+                   (--agents N --calls M --rounds R --minutes T --out DIR)
   patches save     write patches/<crate>/ back from the commits in patched/<crate>
 
 environment:
@@ -40,6 +43,7 @@ fn main() -> ExitCode {
         Some("demo") => demo(&args[1..]),
         Some("test") => test(&args[1..]),
         Some("probe") => probe(&args[1..]),
+        Some("bench") => bench(&args[1..]),
         Some("patches") if args.get(1).map(String::as_str) == Some("save") => patches::save(),
         Some("-h" | "--help" | "help") | None => {
             println!("{USAGE}");
@@ -154,6 +158,13 @@ fn demo(extra: &[String]) -> Result<()> {
 fn probe(extra: &[String]) -> Result<()> {
     setup()?;
     let mut command = cargo_run("sublet-engine", "make_room_probe");
+    command.args(extra);
+    run(command)
+}
+
+fn bench(extra: &[String]) -> Result<()> {
+    setup()?;
+    let mut command = cargo_run("sublet-bench", "bench");
     command.args(extra);
     run(command)
 }

@@ -1,0 +1,12 @@
+//! The evaluation harness: coding-agent sessions replayed against the engine's
+//! OpenAI-compatible API while recorded calls go through the voice pipeline, with
+//! make-room off and on, and the figures that compare them.
+//!
+//! - [`trace`]: the agent-session trace format (JSONL) and a seeded generator (pure);
+//! - [`stats`]: percentiles and each condition's summary, from per-turn and per-call
+//!   records only (pure);
+//! - [`agents`]: the replayer that drives the API as coding agents do.
+
+pub mod agents;
+pub mod stats;
+pub mod trace;

@@ -1,0 +1,165 @@
+//! The figures, from per-turn and per-call records only, so that every number in a report
+//! can be traced back to the turns and calls it summarizes.
+
+use serde::{Deserialize, Serialize};
+
+/// What a turn that failed, was refused or timed out counts as, in seconds.
+pub const FAILED_TURN_S: f64 = 30.0;
+
+/// One caller turn, as the figures see it. Times are seconds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VoiceTurn {
+    pub call: String,
+    /// The caller's utterance this turn answers (0, 1, …).
+    pub utterance: usize,
+    /// Caller stopped → first audio of the reply; `None`: no reply came.
+    pub voice_to_voice_s: Option<f64>,
+    /// The engine's first token after the transcript was ready.
+    pub first_token_s: Option<f64>,
+    /// The reply's first sentence after the transcript was ready.
+    pub first_sentence_s: Option<f64>,
+}
+
+impl VoiceTurn {
+    /// Voice to voice, a missing reply counted as [`FAILED_TURN_S`].
+    pub fn scored_s(&self) -> f64 {
+        self.voice_to_voice_s.unwrap_or(FAILED_TURN_S)
+    }
+}
+
+/// One coding-agent call, as the replayer saw it. Times are seconds from the round's start.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentCallRecord {
+    pub session: String,
+    pub started_s: f64,
+    /// Request sent → first streamed token.
+    pub first_token_s: Option<f64>,
+    pub ended_s: f64,
+    pub output_tokens: usize,
+    pub error: Option<String>,
+}
+
+/// The nearest-rank percentile `p` (0–100) of `values`; 0 for none.
+pub fn percentile(values: &[f64], p: f64) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil().max(1.0) as usize;
+    sorted[rank.min(sorted.len()) - 1]
+}
+
+/// One condition's figures (a round, or several of the same condition together).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    pub turns: usize,
+    pub failed_turns: usize,
+    pub voice_to_voice_p50_s: f64,
+    pub voice_to_voice_p95_s: f64,
+    pub voice_to_voice_max_s: f64,
+    pub first_token_p50_s: f64,
+    pub first_token_p95_s: f64,
+    pub first_sentence_p50_s: f64,
+    pub first_sentence_p95_s: f64,
+    /// Replies slower than the SLO (failed turns included).
+    pub over_slo: usize,
+    pub agent_calls: usize,
+    pub agent_errors: usize,
+    pub agent_output_tokens: usize,
+    /// The agents' output tokens per second of the round.
+    pub agent_tokens_per_s: f64,
+    pub agent_first_token_p95_s: f64,
+}
+
+/// The figures of `turns` and `agents` over `round_s` seconds, against `slo_s`.
+pub fn summarize(
+    turns: &[VoiceTurn],
+    agents: &[AgentCallRecord],
+    round_s: f64,
+    slo_s: f64,
+) -> Summary {
+    let scored: Vec<f64> = turns.iter().map(VoiceTurn::scored_s).collect();
+    let present =
+        |f: fn(&VoiceTurn) -> Option<f64>| -> Vec<f64> { turns.iter().filter_map(f).collect() };
+    let first_token = present(|t| t.first_token_s);
+    let first_sentence = present(|t| t.first_sentence_s);
+    let agent_output_tokens = agents.iter().map(|a| a.output_tokens).sum();
+    let agent_first_token: Vec<f64> = agents.iter().filter_map(|a| a.first_token_s).collect();
+    Summary {
+        turns: turns.len(),
+        failed_turns: turns
+            .iter()
+            .filter(|t| t.voice_to_voice_s.is_none())
+            .count(),
+        voice_to_voice_p50_s: percentile(&scored, 50.0),
+        voice_to_voice_p95_s: percentile(&scored, 95.0),
+        voice_to_voice_max_s: scored.iter().copied().fold(0.0, f64::max),
+        first_token_p50_s: percentile(&first_token, 50.0),
+        first_token_p95_s: percentile(&first_token, 95.0),
+        first_sentence_p50_s: percentile(&first_sentence, 50.0),
+        first_sentence_p95_s: percentile(&first_sentence, 95.0),
+        over_slo: scored.iter().filter(|s| **s > slo_s).count(),
+        agent_calls: agents.len(),
+        agent_errors: agents.iter().filter(|a| a.error.is_some()).count(),
+        agent_output_tokens,
+        agent_tokens_per_s: if round_s > 0.0 {
+            agent_output_tokens as f64 / round_s
+        } else {
+            0.0
+        },
+        agent_first_token_p95_s: percentile(&agent_first_token, 95.0),
+    }
+}
+
+/// The SLO a voice-alone round sets: its p95 voice to voice plus a quarter second.
+pub fn slo_from_voice_alone(turns: &[VoiceTurn]) -> f64 {
+    let scored: Vec<f64> = turns.iter().map(VoiceTurn::scored_s).collect();
+    percentile(&scored, 95.0) + 0.25
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn turn(v2v: Option<f64>) -> VoiceTurn {
+        VoiceTurn {
+            call: "c".into(),
+            utterance: 0,
+            voice_to_voice_s: v2v,
+            first_token_s: v2v.map(|v| v / 4.0),
+            first_sentence_s: v2v.map(|v| v / 2.0),
+        }
+    }
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let values: Vec<f64> = (1..=20).map(f64::from).collect();
+        assert_eq!(percentile(&values, 95.0), 19.0);
+        assert_eq!(percentile(&values, 50.0), 10.0);
+        assert_eq!(percentile(&values, 100.0), 20.0);
+        assert_eq!(percentile(&[3.0], 95.0), 3.0);
+        assert_eq!(percentile(&[], 95.0), 0.0);
+    }
+
+    #[test]
+    fn a_missing_reply_counts_as_thirty_seconds() {
+        let turns = vec![turn(Some(1.0)), turn(Some(2.0)), turn(None)];
+        let agents = vec![AgentCallRecord {
+            session: "a".into(),
+            started_s: 0.0,
+            first_token_s: Some(0.5),
+            ended_s: 4.0,
+            output_tokens: 40,
+            error: None,
+        }];
+        let summary = summarize(&turns, &agents, 10.0, 2.5);
+        assert_eq!(summary.failed_turns, 1);
+        assert_eq!(summary.voice_to_voice_max_s, FAILED_TURN_S);
+        assert_eq!(summary.voice_to_voice_p50_s, 2.0);
+        assert_eq!(summary.over_slo, 1);
+        assert_eq!(summary.agent_tokens_per_s, 4.0);
+        assert_eq!(summary.first_token_p95_s, 0.5);
+        assert_eq!(slo_from_voice_alone(&turns[..2]), 2.25);
+    }
+}

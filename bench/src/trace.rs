@@ -1,0 +1,176 @@
+//! Coding-agent sessions as a trace: one JSON object per line, one line per call.
+//!
+//! ```json
+//! {"session": "s1", "pause_s": 0.0, "context_tokens": 600, "output_tokens": 40}
+//! {"session": "s1", "pause_s": 2.5, "context_tokens": 120, "output_tokens": 200}
+//! ```
+//!
+//! A session's calls run in order. Each call waits `pause_s` after the previous one ended
+//! (the agent running a tool), then resends the session's whole context so far plus
+//! `context_tokens` new tokens (so consecutive calls share a long prefix), and asks for
+//! `output_tokens` tokens of answer, which join the context too. Sessions run at once,
+//! each from the start of the round.
+//!
+//! A public coding-agent trace converts line by line: per request, its session (or
+//! conversation) id, the idle time since that session's previous response ended, the
+//! prompt tokens it added beyond the previous request's prompt and response (for the first
+//! request, its whole prompt), and its completion tokens.
+
+use anyhow::{bail, Context, Result};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+/// One call of a session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentCall {
+    pub session: String,
+    /// Seconds after the session's previous call ended (for the first call: after the
+    /// round began).
+    pub pause_s: f64,
+    /// Tokens this call adds to the session's context.
+    pub context_tokens: usize,
+    /// Tokens of answer it asks for.
+    pub output_tokens: usize,
+}
+
+/// Reads a trace; a bad line is an error that names it.
+pub fn parse(text: &str) -> Result<Vec<AgentCall>> {
+    let mut calls = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let call: AgentCall = serde_json::from_str(line)
+            .with_context(|| format!("trace line {}: {line:?}", n + 1))?;
+        if !(call.pause_s >= 0.0 && call.pause_s.is_finite()) || call.output_tokens == 0 {
+            bail!(
+                "trace line {}: pause_s must be ≥ 0 and output_tokens ≥ 1",
+                n + 1
+            );
+        }
+        calls.push(call);
+    }
+    Ok(calls)
+}
+
+/// Writes a trace, one call per line.
+pub fn to_jsonl(calls: &[AgentCall]) -> String {
+    calls
+        .iter()
+        .map(|c| serde_json::to_string(c).expect("a call serializes") + "\n")
+        .collect()
+}
+
+/// The calls of each session, in order, sessions in order of first appearance.
+pub fn sessions(calls: &[AgentCall]) -> Vec<Vec<AgentCall>> {
+    let mut sessions: Vec<Vec<AgentCall>> = Vec::new();
+    for call in calls {
+        match sessions.iter_mut().find(|s| s[0].session == call.session) {
+            Some(session) => session.push(call.clone()),
+            None => sessions.push(vec![call.clone()]),
+        }
+    }
+    sessions
+}
+
+/// The shape of generated sessions. The defaults are scaled to this project's CPU engine
+/// and small model: a few sessions whose contexts together outgrow a 4,096-token KV budget
+/// within a few calls, with prompts long enough that prefill is in most steps.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GeneratorConfig {
+    pub sessions: usize,
+    pub calls_per_session: usize,
+    /// The first call's context, tokens (uniform in the range).
+    pub first_context: (usize, usize),
+    /// What each later call adds (a tool's output), tokens.
+    pub growth: (usize, usize),
+    /// Answers: mostly short, sometimes long.
+    pub short_output: (usize, usize),
+    pub long_output: (usize, usize),
+    pub long_output_share: f64,
+    /// The tool pause before each later call, seconds.
+    pub pause_s: (f64, f64),
+    /// Sessions start spread over this many seconds.
+    pub stagger_s: f64,
+}
+
+impl Default for GeneratorConfig {
+    fn default() -> Self {
+        Self {
+            sessions: 4,
+            calls_per_session: 6,
+            first_context: (500, 900),
+            growth: (80, 250),
+            short_output: (16, 48),
+            long_output: (96, 160),
+            long_output_share: 0.3,
+            pause_s: (0.5, 3.0),
+            stagger_s: 4.0,
+        }
+    }
+}
+
+/// Sessions from a seed: the same seed gives the same trace.
+pub fn generate(seed: u64, config: &GeneratorConfig) -> Vec<AgentCall> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let between = |(lo, hi): (usize, usize), rng: &mut StdRng| rng.random_range(lo..=hi);
+    let mut calls = Vec::new();
+    for s in 0..config.sessions {
+        for c in 0..config.calls_per_session {
+            let pause_s = if c == 0 {
+                config.stagger_s * s as f64 / config.sessions.max(1) as f64
+            } else {
+                rng.random_range(config.pause_s.0..=config.pause_s.1)
+            };
+            // Milliseconds are plenty, and they survive a trip through JSON exactly.
+            let pause_s = (pause_s * 1000.0).round() / 1000.0;
+            let context_tokens = if c == 0 {
+                between(config.first_context, &mut rng)
+            } else {
+                between(config.growth, &mut rng)
+            };
+            let long = rng.random_bool(config.long_output_share.clamp(0.0, 1.0));
+            let output = if long {
+                config.long_output
+            } else {
+                config.short_output
+            };
+            calls.push(AgentCall {
+                session: format!("agent-{s}"),
+                pause_s,
+                context_tokens,
+                output_tokens: between(output, &mut rng),
+            });
+        }
+    }
+    calls
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_trace_round_trips_and_groups_by_session() {
+        let calls = generate(7, &GeneratorConfig::default());
+        assert_eq!(calls.len(), 24);
+        assert_eq!(parse(&to_jsonl(&calls)).unwrap(), calls);
+        let sessions = sessions(&calls);
+        assert_eq!(sessions.len(), 4);
+        assert!(sessions.iter().all(|s| s.len() == 6));
+        assert_eq!(generate(7, &GeneratorConfig::default()), calls);
+        assert_ne!(generate(8, &GeneratorConfig::default()), calls);
+    }
+
+    #[test]
+    fn bad_lines_are_named() {
+        let error = parse("{\"session\":\"a\",\"pause_s\":0,\"context_tokens\":5,\"output_tokens\":3}\nnot json\n")
+            .unwrap_err();
+        assert!(format!("{error:#}").contains("trace line 2"), "{error:#}");
+        let error =
+            parse("{\"session\":\"a\",\"pause_s\":-1,\"context_tokens\":5,\"output_tokens\":3}")
+                .unwrap_err();
+        assert!(format!("{error:#}").contains("pause_s"), "{error:#}");
+    }
+}
