@@ -18,6 +18,10 @@ pub struct VoiceTurn {
     pub first_token_s: Option<f64>,
     /// The reply's first sentence after the transcript was ready.
     pub first_sentence_s: Option<f64>,
+    /// Every stage's own latency (end of turn, transcript, first token, first sentence,
+    /// first audio), each from the stage before.
+    #[serde(default)]
+    pub stages_s: Option<[f64; 5]>,
 }
 
 impl VoiceTurn {
@@ -129,6 +133,7 @@ mod tests {
             voice_to_voice_s: v2v,
             first_token_s: v2v.map(|v| v / 4.0),
             first_sentence_s: v2v.map(|v| v / 2.0),
+            stages_s: None,
         }
     }
 

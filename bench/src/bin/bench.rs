@@ -300,6 +300,7 @@ fn match_turns(call: &str, utterance_ends: &[f64], turns: &[TurnRecord]) -> Vec<
                 voice_to_voice_s: turn.map(|t| t.voice_to_voice_s()),
                 first_token_s: turn.map(|t| t.first_token_s - t.transcript_s),
                 first_sentence_s: turn.map(|t| t.first_sentence_s - t.transcript_s),
+                stages_s: turn.map(|t| t.stage_latencies()),
             }
         })
         .collect()
