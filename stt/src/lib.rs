@@ -37,7 +37,14 @@ impl Transcriber {
             WhisperContext::new_with_params(path_str, WhisperContextParameters::default())
                 .with_context(|| format!("loading Whisper model {}", path.display()))?;
         let state = context.create_state().context("creating Whisper state")?;
-        let threads = std::thread::available_parallelism().map_or(2, |n| n.get().min(4)) as i32;
+        // One thread unless `SUBLET_STT_THREADS` says otherwise: whisper.cpp's threads wait
+        // for each other by spinning, and beside an engine that keeps every core busy a
+        // 2-thread transcription took 30–45 s instead of 0.3 s (measured by `bench`).
+        let threads = std::env::var("SUBLET_STT_THREADS")
+            .ok()
+            .and_then(|v| v.parse::<i32>().ok())
+            .filter(|n| *n >= 1)
+            .unwrap_or(1);
         Ok(Self { state, threads })
     }
 
