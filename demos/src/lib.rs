@@ -26,6 +26,10 @@ pub struct SchedulerArgs {
     /// make-room's prompt chunk, in tokens per step (a voice turn's prompt runs whole).
     #[arg(long, default_value_t = 16, requires = "make_room")]
     pub chunk: usize,
+    /// make-room's step budget while no voice turn is near (default: the chunk): fewer
+    /// passes for agents' prompts; pair it with --turn-hints so it shrinks before a turn.
+    #[arg(long, requires = "make_room")]
+    pub idle_chunk: Option<usize>,
 }
 
 impl SchedulerArgs {
@@ -36,6 +40,7 @@ impl SchedulerArgs {
                 switches,
                 kv_budget_tokens: self.kv_budget,
                 chunk_tokens: Some(self.chunk.max(1)),
+                idle_chunk_tokens: self.idle_chunk.map(|c| c.max(1)),
                 whole_prompt_priority: Some(VOICE_PRIORITY),
                 ..PolicyConfig::default()
             }),

@@ -48,9 +48,12 @@ struct Args {
     /// make-room's KV budget, in tokens.
     #[arg(long, default_value_t = 4096)]
     kv_budget: usize,
-    /// make-room's prompt chunk for agent prompts, in tokens.
+    /// make-room's prompt chunk for agent prompts while a voice turn is near, in tokens.
     #[arg(long, default_value_t = 16)]
     chunk: usize,
+    /// make-room's step budget while no voice turn is near, in tokens (0: the chunk).
+    #[arg(long, default_value_t = 128)]
+    idle_chunk: usize,
     /// Where the summary and the report go.
     #[arg(long, default_value = "target/bench")]
     out: PathBuf,
@@ -94,12 +97,18 @@ fn run(args: Args) -> Result<()> {
             switches: Switches::all(),
             kv_budget_tokens: args.kv_budget,
             chunk_tokens: Some(args.chunk.max(1)),
+            idle_chunk_tokens: (args.idle_chunk > 0).then_some(args.idle_chunk),
             whole_prompt_priority: Some(VOICE_PRIORITY),
             ..PolicyConfig::default()
         }),
         ..EngineConfig::bundled(&cache)?
     })?);
-    let agent = VoiceAgent::with_engine(cache.clone(), engine.clone(), AgentConfig::default());
+    // Turn hints tell make-room a turn is coming, so that agent chunks shrink before it.
+    let config = AgentConfig {
+        turn_hints: true,
+        ..AgentConfig::default()
+    };
+    let agent = VoiceAgent::with_engine(cache.clone(), engine.clone(), config);
     let runtime = tokio::runtime::Runtime::new()?;
     let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))?;
     let base_url = format!("http://{}", listener.local_addr()?);
@@ -345,7 +354,7 @@ fn report(args: &Args, rounds: &[Round]) -> Result<()> {
         "config": {
             "agents": args.agents, "calls": args.calls, "rounds": args.rounds,
             "minutes": args.minutes, "seed": args.seed, "kv_budget": args.kv_budget,
-            "chunk": args.chunk,
+            "chunk": args.chunk, "idle_chunk": args.idle_chunk, "turn_hints": true,
             "trace": args.trace.as_ref().map(|p| p.display().to_string()),
         },
         "slo_s": slo_s,

@@ -169,11 +169,25 @@ impl Scheduler {
         }
     }
 
+    /// The step's token budget: small while a voice turn is near, else the idle chunk.
+    fn chunk_now(&self) -> Option<usize> {
+        let voice_near = !self.hints.is_empty()
+            || self
+                .config
+                .whole_prompt_priority
+                .is_some_and(|p| self.requests.values().any(|r| r.priority <= p));
+        match voice_near {
+            true => self.config.chunk_tokens,
+            false => self.config.idle_chunk_tokens.or(self.config.chunk_tokens),
+        }
+    }
+
     /// Decides the next step at time `now_ms`.
     pub fn schedule(&mut self, now_ms: u64) -> Plan {
         self.counters.steps += 1;
         self.hints.retain(|h| h.until_ms > now_ms);
         self.retained.retain(|r| r.until_ms > now_ms);
+        let chunk = self.chunk_now();
         let switches = self.config.switches.clone();
         let window = self.config.window_tokens;
         let mut plan = Plan::default();
@@ -211,7 +225,7 @@ impl Scheduler {
             let first_chunk = if self.runs_whole(r) {
                 usize::MAX
             } else {
-                self.config.chunk_tokens.unwrap_or(usize::MAX).max(1)
+                chunk.unwrap_or(usize::MAX).max(1)
             };
             // Room for what it reloads and its first chunk (or its next token).
             let need = reuse + first_chunk.min(r.target() - reuse).max(1);
@@ -288,7 +302,7 @@ impl Scheduler {
                 _ => groups.push(vec![id]),
             }
         }
-        let mut budget = self.config.chunk_tokens.unwrap_or(usize::MAX);
+        let mut budget = chunk.unwrap_or(usize::MAX);
         for group in groups {
             for decoding in [true, false] {
                 for &id in &group {

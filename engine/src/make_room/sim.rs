@@ -185,6 +185,7 @@ pub fn random_workload(seed: u64) -> Workload {
         max_running: rng.range(1, 8) as usize,
         kv_budget_tokens,
         chunk_tokens: rng.chance(0.6).then(|| rng.range(1, 256) as usize),
+        idle_chunk_tokens: rng.chance(0.3).then(|| rng.range(1, 512) as usize),
         whole_prompt_priority: rng.chance(0.3).then_some(0),
         window_tokens: rng.range(1, 48) as usize,
         max_preemptions: rng.range(1, 3) as usize,
@@ -406,6 +407,34 @@ mod tests {
     }
 
     #[test]
+    fn prompts_take_the_idle_chunk_until_a_voice_turn_is_near() {
+        let mut scheduler = Scheduler::new(PolicyConfig {
+            switches: Switches::all(),
+            kv_budget_tokens: 4000,
+            chunk_tokens: Some(16),
+            idle_chunk_tokens: Some(64),
+            whole_prompt_priority: Some(0),
+            ..PolicyConfig::default()
+        });
+        scheduler.add(Request::new(1, 1, None, 800, 10)).unwrap();
+        let plan = scheduler.schedule(0);
+        assert_eq!(plan.prefill, vec![(1, 64)], "alone: the idle chunk");
+        scheduler.finish_step(&plan, 10, &[]);
+        // The caller stops speaking: chunks shrink before their turn arrives.
+        scheduler.turn_hint(0, 10);
+        let plan = scheduler.schedule(10);
+        assert!(plan.tokens() <= 16, "{plan:?}");
+        scheduler.finish_step(&plan, 20, &[]);
+        // The hint lapses with no turn: back to the idle chunk.
+        let plan = scheduler.schedule(10_000);
+        assert_eq!(
+            plan.prefill.iter().map(|p| p.1).sum::<usize>(),
+            64,
+            "{plan:?}"
+        );
+    }
+
+    #[test]
     fn a_hold_cannot_stall_the_engine() {
         // A voice request too big to be admitted beside a running agent must not freeze the
         // agent's prefill through holds.
@@ -479,6 +508,7 @@ mod tests {
         // A scheduler that never schedules anything must be reported as a stall.
         let mut workload = random_workload(3);
         workload.config.chunk_tokens = Some(0);
+        workload.config.idle_chunk_tokens = Some(0);
         let report = run(&workload, &Switches::default(), false);
         assert!(
             report

@@ -67,6 +67,10 @@ pub struct PolicyConfig {
     pub kv_budget_tokens: usize,
     /// Most prompt plus decode tokens in one step (`None`: whole prompts, as stock).
     pub chunk_tokens: Option<usize>,
+    /// The step's token budget while no voice turn is near (no request at
+    /// `whole_prompt_priority` or more urgent, no turn hint held): fewer, larger prompt
+    /// chunks, since on a CPU each pass has a fixed cost. `None`: always `chunk_tokens`.
+    pub idle_chunk_tokens: Option<usize>,
     /// Prompts at this priority or a more urgent one are never split (a voice turn's is
     /// short, and on a CPU every extra pass costs a full read of the weights): such a
     /// prompt runs whole, in a step where no other prompt has taken tokens yet.
@@ -88,6 +92,7 @@ impl Default for PolicyConfig {
             max_running: 16,
             kv_budget_tokens: 16_384,
             chunk_tokens: None,
+            idle_chunk_tokens: None,
             whole_prompt_priority: None,
             window_tokens: 48,
             max_preemptions: 2,
