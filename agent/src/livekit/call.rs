@@ -44,19 +44,18 @@ pub struct RoomCall {
 pub const AGENT_STATE: &str = "lk.agent.state";
 
 /// Whether a turn is in progress: the caller speaking, a turn ended and not yet answered,
-/// or the agent speaking. A call asked to hang up ends once none is.
-#[derive(Default)]
+/// or the agent's speech queued. A call asked to hang up ends once none is.
 struct Activity {
     caller_speaking: AtomicBool,
     turns_ended: AtomicUsize,
     turns_answered: AtomicUsize,
-    agent_speaking: AtomicBool,
+    playout: Playout,
 }
 
 impl Activity {
     fn idle(&self) -> bool {
         !self.caller_speaking.load(Ordering::Relaxed)
-            && !self.agent_speaking.load(Ordering::Relaxed)
+            && !self.playout.pending()
             && self.turns_ended.load(Ordering::Relaxed)
                 <= self.turns_answered.load(Ordering::Relaxed)
     }
@@ -147,7 +146,13 @@ impl VoiceAgent {
     ) -> Result<RoomCall> {
         let (room, mut events) = runtime.block_on(RoomConnection::join(url, token))?;
         let room = Arc::new(room);
-        let activity = Arc::new(Activity::default());
+        let playout = Playout::new(VOICE_RATE);
+        let activity = Arc::new(Activity {
+            caller_speaking: AtomicBool::new(false),
+            turns_ended: AtomicUsize::new(0),
+            turns_answered: AtomicUsize::new(0),
+            playout: playout.clone(),
+        });
         let mut voice = runtime.block_on(room.publish_audio(VOICE_RATE))?;
         // What the room is told, in order: the agent's state and the transcripts.
         let (announce, mut announcements) = mpsc::unbounded_channel::<Announce>();
@@ -187,11 +192,9 @@ impl VoiceAgent {
             })
         };
         let _ = announce.send(Announce::State("listening"));
-        let playout = Playout::new(VOICE_RATE);
         let (answered_tx, answered) = watch::channel(false);
         let speaker_playout = playout.clone();
         let speaker_states = announce.clone();
-        let speaker_activity = activity.clone();
         // The agent's track carries audio all the time, silence between replies, as a
         // microphone's would: the caller's jitter buffer then never restarts mid-call.
         // Each 20 ms frame is pulled from the playout as it falls due, so a pause or a cut
@@ -203,9 +206,6 @@ impl VoiceAgent {
                 let spoke = speaker_playout.pull(&mut frame);
                 if spoke != speaking {
                     speaking = spoke;
-                    speaker_activity
-                        .agent_speaking
-                        .store(spoke, Ordering::Relaxed);
                     let state = if spoke { "speaking" } else { "listening" };
                     let _ = speaker_states.send(Announce::State(state));
                 }

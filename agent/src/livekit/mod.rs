@@ -20,5 +20,5 @@ mod worker;
 pub use call::RoomCall;
 pub use connection::{RoomConnection, RoomEvent};
 pub use publish::AudioPublisher;
-pub use token::LiveKitCredentials;
+pub use token::{agent_grants, LiveKitCredentials};
 pub use worker::{JobReport, WorkerOptions, WorkerReport};

@@ -5,6 +5,21 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use livekit_api::access_token::{AccessToken, VideoGrants};
 
+/// What an agent may do in `room`: publish, subscribe, send data and set its own
+/// attributes (`lk.agent.state`), as LiveKit's server grants a dispatched agent.
+pub fn agent_grants(room: &str) -> VideoGrants {
+    VideoGrants {
+        room_join: true,
+        room: room.into(),
+        can_publish: Some(true),
+        can_subscribe: Some(true),
+        can_publish_data: Some(true),
+        can_update_own_metadata: Some(true),
+        agent: true,
+        ..Default::default()
+    }
+}
+
 /// A LiveKit server and the API key the agent signs its tokens with.
 #[derive(Debug, Clone)]
 pub struct LiveKitCredentials {
@@ -38,16 +53,7 @@ impl LiveKitCredentials {
             .with_name("Sublet")
             .with_kind("agent")
             .with_ttl(Duration::from_secs(6 * 3600))
-            .with_grants(VideoGrants {
-                room_join: true,
-                room: room.into(),
-                can_publish: Some(true),
-                can_subscribe: Some(true),
-                can_publish_data: Some(true),
-                can_update_own_metadata: Some(true),
-                agent: true,
-                ..Default::default()
-            })
+            .with_grants(agent_grants(room))
             .to_jwt()
             .context("signing the agent's access token")
     }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
 use axum::extract::ws::{Message, WebSocket};
-use livekit_api::access_token::{AccessToken, VideoGrants};
+use livekit_api::access_token::AccessToken;
 use livekit_protocol as proto;
 use prost::Message as _;
 use proto::server_message::Message as ToWorker;
@@ -233,16 +233,7 @@ fn agent_token(
         .with_kind("agent")
         .with_attributes(answer.participant_attributes.clone())
         .with_ttl(Duration::from_secs(3600))
-        .with_grants(VideoGrants {
-            room_join: true,
-            room: room.into(),
-            can_publish: Some(true),
-            can_subscribe: Some(true),
-            can_publish_data: Some(true),
-            can_update_own_metadata: Some(true),
-            agent: true,
-            ..Default::default()
-        })
+        .with_grants(sublet_agent::livekit::agent_grants(room))
         .to_jwt()
         .context("signing a job's token")
 }
