@@ -27,19 +27,23 @@ fn filler(seed: usize, tokens: usize) -> String {
 }
 
 /// Replays `trace` against the API at `base_url` (`http://host:port`) until every session
-/// is done or `stop` is set; times are measured from `round_start`.
+/// is done or `stop` is set; times are measured from `round_start`. `round` (a different
+/// number for each round) keeps rounds from sharing prompts.
 pub fn replay(
     base_url: &str,
     trace: &[AgentCall],
     stop: &AtomicBool,
     round_start: Instant,
+    round: usize,
 ) -> Vec<AgentCallRecord> {
     let sessions = sessions(trace);
     std::thread::scope(|scope| {
         let threads: Vec<_> = sessions
             .iter()
             .enumerate()
-            .map(|(n, calls)| scope.spawn(move || session(base_url, n, calls, stop, round_start)))
+            .map(|(n, calls)| {
+                scope.spawn(move || session(base_url, n, calls, stop, round_start, round))
+            })
             .collect();
         threads
             .into_iter()
@@ -54,14 +58,17 @@ fn session(
     calls: &[AgentCall],
     stop: &AtomicBool,
     round_start: Instant,
+    round: usize,
 ) -> Vec<AgentCallRecord> {
     let agent = ureq::AgentBuilder::new()
         .timeout(Duration::from_secs(600))
         .build();
     let url = format!("{base_url}/v1/chat/completions");
+    // The round's own opening, so that no round finds another's prompts in the engine's
+    // prefix cache: each pair's rounds must start from the same (cold) cache.
     let mut messages = vec![json!({
         "role": "system",
-        "content": "You are a coding agent. Continue the code you are given.",
+        "content": format!("Round {round}. You are a coding agent. Continue the code you are given."),
     })];
     let mut records = Vec::new();
     for (i, call) in calls.iter().enumerate() {
@@ -88,36 +95,50 @@ fn session(
             "stream": true,
             "stream_options": {"include_usage": true},
         });
-        let (answer, first_token, tokens, error) = match agent.post(&url).send_json(body) {
-            Ok(response) => read_stream(response, started),
-            Err(e) => (String::new(), None, 0, Some(e.to_string())),
+        let streamed = match agent.post(&url).send_json(body) {
+            Ok(response) => read_stream(response, started, round_start),
+            Err(e) => Streamed {
+                error: Some(e.to_string()),
+                ..Streamed::default()
+            },
         };
         records.push(AgentCallRecord {
             session: call.session.clone(),
             started_s,
-            first_token_s: first_token,
+            first_token_s: streamed.first_token_s,
             ended_s: round_start.elapsed().as_secs_f64(),
-            output_tokens: tokens,
-            error,
+            output_tokens: streamed.tokens,
+            token_times_s: streamed.token_times_s,
+            error: streamed.error,
         });
-        messages.push(json!({"role": "assistant", "content": answer}));
+        messages.push(json!({"role": "assistant", "content": streamed.text}));
     }
     records
 }
 
-/// Reads a streamed completion: its text, when its first text came (seconds after
-/// `started`), its completion tokens (from the usage record), and an error if it broke.
-fn read_stream(
-    response: ureq::Response,
-    started: Instant,
-) -> (String, Option<f64>, usize, Option<String>) {
-    let mut text = String::new();
-    let mut first_token = None;
-    let mut tokens = 0;
+/// What a streamed completion brought.
+#[derive(Default)]
+struct Streamed {
+    text: String,
+    /// When its first text came, seconds after the request was sent.
+    first_token_s: Option<f64>,
+    /// When each piece of text came, seconds after the round started.
+    token_times_s: Vec<f64>,
+    /// Its completion tokens, from the usage record.
+    tokens: usize,
+    error: Option<String>,
+}
+
+/// Reads a streamed completion sent at `started`, until its end or an error.
+fn read_stream(response: ureq::Response, started: Instant, round_start: Instant) -> Streamed {
+    let mut streamed = Streamed::default();
     for line in BufReader::new(response.into_reader()).lines() {
         let line = match line {
             Ok(line) => line,
-            Err(e) => return (text, first_token, tokens, Some(e.to_string())),
+            Err(e) => {
+                streamed.error = Some(e.to_string());
+                break;
+            }
         };
         let Some(data) = line.strip_prefix("data: ") else {
             continue;
@@ -130,18 +151,27 @@ fn read_stream(
         };
         if let Some(piece) = event["choices"][0]["delta"]["content"].as_str() {
             if !piece.is_empty() {
-                first_token.get_or_insert_with(|| started.elapsed().as_secs_f64());
-                text.push_str(piece);
+                let now = Instant::now();
+                streamed
+                    .first_token_s
+                    .get_or_insert_with(|| now.duration_since(started).as_secs_f64());
+                // Milliseconds: enough for a throughput window, and compact in the report.
+                let at_s = now.duration_since(round_start).as_secs_f64();
+                streamed
+                    .token_times_s
+                    .push((at_s * 1000.0).round() / 1000.0);
+                streamed.text.push_str(piece);
             }
         }
         if let Some(n) = event["usage"]["completion_tokens"].as_u64() {
-            tokens = n as usize;
+            streamed.tokens = n as usize;
         }
         if let Some(message) = event["error"]["message"].as_str() {
-            return (text, first_token, tokens, Some(message.to_owned()));
+            streamed.error = Some(message.to_owned());
+            break;
         }
     }
-    (text, first_token, tokens, None)
+    streamed
 }
 
 #[cfg(test)]

@@ -5,8 +5,13 @@
 //! - [`trace`]: the agent-session trace format (JSONL) and a seeded generator (pure);
 //! - [`stats`]: percentiles and each condition's summary, from per-turn and per-call
 //!   records only (pure);
+//! - [`figures`]: every figure of a report, from its rounds' records only (pure);
+//! - [`report`]: the run as `summary.json` and `report.md`; [`plots`]: its SVG plots;
 //! - [`agents`]: the replayer that drives the API as coding agents do.
 
 pub mod agents;
+pub mod figures;
+pub mod plots;
+pub mod report;
 pub mod stats;
 pub mod trace;

@@ -3,7 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
-/// What a turn that failed, was refused or timed out counts as, in seconds.
+/// What a turn that failed, was refused or timed out counts as, in seconds; a reply
+/// slower than this counts as timed out.
 pub const FAILED_TURN_S: f64 = 30.0;
 
 /// One caller turn, as the figures see it. Times are seconds.
@@ -25,9 +26,11 @@ pub struct VoiceTurn {
 }
 
 impl VoiceTurn {
-    /// Voice to voice, a missing reply counted as [`FAILED_TURN_S`].
+    /// Voice to voice, a missing reply, or one slower than [`FAILED_TURN_S`] (a caller
+    /// would have given up: timed out), counted as [`FAILED_TURN_S`].
     pub fn scored_s(&self) -> f64 {
-        self.voice_to_voice_s.unwrap_or(FAILED_TURN_S)
+        self.voice_to_voice_s
+            .map_or(FAILED_TURN_S, |s| s.min(FAILED_TURN_S))
     }
 }
 
@@ -39,8 +42,24 @@ pub struct AgentCallRecord {
     /// Request sent → first streamed token.
     pub first_token_s: Option<f64>,
     pub ended_s: f64,
+    /// Completion tokens, as the usage record counted them.
     pub output_tokens: usize,
+    /// When each streamed piece of the answer arrived (about one per token).
+    #[serde(default)]
+    pub token_times_s: Vec<f64>,
     pub error: Option<String>,
+}
+
+impl AgentCallRecord {
+    /// The answer's tokens that had arrived by `t_s`: a call that ended by then counts
+    /// its usage record, one still streaming the pieces it had sent.
+    pub fn tokens_by(&self, t_s: f64) -> usize {
+        if self.ended_s <= t_s {
+            self.output_tokens
+        } else {
+            self.token_times_s.iter().filter(|at| **at <= t_s).count()
+        }
+    }
 }
 
 /// The nearest-rank percentile `p` (0–100) of `values`; 0 for none.
@@ -70,17 +89,19 @@ pub struct Summary {
     pub over_slo: usize,
     pub agent_calls: usize,
     pub agent_errors: usize,
+    /// Output tokens that arrived within the window.
     pub agent_output_tokens: usize,
-    /// The agents' output tokens per second of the round.
+    /// The same, per second of the window.
     pub agent_tokens_per_s: f64,
     pub agent_first_token_p95_s: f64,
 }
 
-/// The figures of `turns` and `agents` over `round_s` seconds, against `slo_s`.
+/// The figures of `turns`, and of `agents` over their first `window_s` seconds, against
+/// `slo_s`.
 pub fn summarize(
     turns: &[VoiceTurn],
     agents: &[AgentCallRecord],
-    round_s: f64,
+    window_s: f64,
     slo_s: f64,
 ) -> Summary {
     let scored: Vec<f64> = turns.iter().map(VoiceTurn::scored_s).collect();
@@ -88,7 +109,7 @@ pub fn summarize(
         |f: fn(&VoiceTurn) -> Option<f64>| -> Vec<f64> { turns.iter().filter_map(f).collect() };
     let first_token = present(|t| t.first_token_s);
     let first_sentence = present(|t| t.first_sentence_s);
-    let agent_output_tokens = agents.iter().map(|a| a.output_tokens).sum();
+    let agent_output_tokens = agents.iter().map(|a| a.tokens_by(window_s)).sum();
     let agent_first_token: Vec<f64> = agents.iter().filter_map(|a| a.first_token_s).collect();
     Summary {
         turns: turns.len(),
@@ -107,8 +128,8 @@ pub fn summarize(
         agent_calls: agents.len(),
         agent_errors: agents.iter().filter(|a| a.error.is_some()).count(),
         agent_output_tokens,
-        agent_tokens_per_s: if round_s > 0.0 {
-            agent_output_tokens as f64 / round_s
+        agent_tokens_per_s: if window_s > 0.0 {
+            agent_output_tokens as f64 / window_s
         } else {
             0.0
         },
@@ -148,23 +169,47 @@ mod tests {
     }
 
     #[test]
-    fn a_missing_reply_counts_as_thirty_seconds() {
-        let turns = vec![turn(Some(1.0)), turn(Some(2.0)), turn(None)];
+    fn a_missing_or_timed_out_reply_counts_as_thirty_seconds() {
+        let turns = vec![
+            turn(Some(1.0)),
+            turn(Some(2.0)),
+            turn(None),
+            turn(Some(95.0)),
+        ];
         let agents = vec![AgentCallRecord {
             session: "a".into(),
             started_s: 0.0,
             first_token_s: Some(0.5),
             ended_s: 4.0,
             output_tokens: 40,
+            token_times_s: Vec::new(),
             error: None,
         }];
         let summary = summarize(&turns, &agents, 10.0, 2.5);
         assert_eq!(summary.failed_turns, 1);
         assert_eq!(summary.voice_to_voice_max_s, FAILED_TURN_S);
         assert_eq!(summary.voice_to_voice_p50_s, 2.0);
-        assert_eq!(summary.over_slo, 1);
+        assert_eq!(summary.over_slo, 2);
         assert_eq!(summary.agent_tokens_per_s, 4.0);
-        assert_eq!(summary.first_token_p95_s, 0.5);
+        assert_eq!(summary.first_token_p95_s, 95.0 / 4.0);
         assert_eq!(slo_from_voice_alone(&turns[..2]), 2.25);
+    }
+
+    #[test]
+    fn a_call_streaming_past_the_window_counts_what_arrived_within_it() {
+        let call = AgentCallRecord {
+            session: "a".into(),
+            started_s: 8.0,
+            first_token_s: Some(0.5),
+            ended_s: 12.0,
+            output_tokens: 5,
+            token_times_s: vec![8.5, 9.0, 9.5, 10.5, 11.5],
+            error: None,
+        };
+        assert_eq!(call.tokens_by(10.0), 3);
+        assert_eq!(call.tokens_by(12.0), 5);
+        let summary = summarize(&[], &[call], 10.0, 2.5);
+        assert_eq!(summary.agent_output_tokens, 3);
+        assert_eq!(summary.agent_tokens_per_s, 0.3);
     }
 }

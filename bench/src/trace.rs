@@ -75,8 +75,8 @@ pub fn sessions(calls: &[AgentCall]) -> Vec<Vec<AgentCall>> {
 }
 
 /// The shape of generated sessions. The defaults are scaled to this project's CPU engine
-/// and small model: a few sessions whose contexts together outgrow a 4,096-token KV budget
-/// within a few calls, with prompts long enough that prefill is in most steps.
+/// and small model: six sessions whose first contexts together already outgrow a
+/// 4,096-token KV budget, with prompts long enough that prefill is in most steps.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GeneratorConfig {
     pub sessions: usize,
@@ -98,9 +98,9 @@ pub struct GeneratorConfig {
 impl Default for GeneratorConfig {
     fn default() -> Self {
         Self {
-            sessions: 4,
+            sessions: 6,
             calls_per_session: 6,
-            first_context: (500, 900),
+            first_context: (800, 1300),
             growth: (80, 250),
             short_output: (16, 48),
             long_output: (96, 160),
@@ -154,10 +154,10 @@ mod tests {
     #[test]
     fn a_trace_round_trips_and_groups_by_session() {
         let calls = generate(7, &GeneratorConfig::default());
-        assert_eq!(calls.len(), 24);
+        assert_eq!(calls.len(), 36);
         assert_eq!(parse(&to_jsonl(&calls)).unwrap(), calls);
         let sessions = sessions(&calls);
-        assert_eq!(sessions.len(), 4);
+        assert_eq!(sessions.len(), 6);
         assert!(sessions.iter().all(|s| s.len() == 6));
         assert_eq!(generate(7, &GeneratorConfig::default()), calls);
         assert_ne!(generate(8, &GeneratorConfig::default()), calls);

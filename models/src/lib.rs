@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 #[cfg(feature = "onnx")]
 mod onnx;
 #[cfg(feature = "onnx")]
-pub use onnx::onnx_environment;
+pub use onnx::{onnx_environment, onnx_session};
 
 /// Where a package comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

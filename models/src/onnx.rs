@@ -1,9 +1,11 @@
 //! ONNX Runtime allows one environment per process; the VAD, the end-of-turn model and the
 //! voice all share this one, loaded from the library setup placed in the cache.
 
+use std::path::Path;
 use std::sync::OnceLock;
 
 use ort::environment::Environment;
+use ort::session::Session;
 
 use crate::ModelCache;
 
@@ -22,4 +24,28 @@ pub fn onnx_environment(cache: &ModelCache) -> Result<&'static Environment, Stri
         })
         .as_ref()
         .map_err(Clone::clone)
+}
+
+/// A session for the model at `path` on `intra_threads` threads that sleep when idle.
+///
+/// ONNX Runtime's threads spin-wait between runs by default; beside an engine that keeps
+/// every core busy, two pipelines' spinning threads starved each other (a 0.25 s
+/// transcript took 5 s in the bench), so spinning is off for every model here.
+pub fn onnx_session(
+    cache: &ModelCache,
+    path: &Path,
+    intra_threads: usize,
+) -> Result<Session, String> {
+    let env = onnx_environment(cache)?;
+    let fail = |e: &dyn std::fmt::Display| format!("loading {}: {e}", path.display());
+    Session::builder(env)
+        .map_err(|e| fail(&e))?
+        .with_intra_threads(intra_threads)
+        .map_err(|e| fail(&e))?
+        .with_intra_op_spinning(false)
+        .map_err(|e| fail(&e))?
+        .with_inter_op_spinning(false)
+        .map_err(|e| fail(&e))?
+        .commit_from_file(path)
+        .map_err(|e| fail(&e))
 }

@@ -16,6 +16,8 @@ use whisper_rs::{
 const AUDIO_CTX_MARGIN: i32 = 128;
 /// Whisper's whole 30 s window.
 const FULL_AUDIO_CTX: i32 = 1500;
+/// Tokens a second of speech can need, generously (six words a second, some split).
+const MAX_TOKENS_PER_S: f64 = 10.0;
 
 /// A loaded Whisper model with one decoding state (one transcription at a time).
 pub struct Transcriber {
@@ -65,14 +67,22 @@ impl Transcriber {
         // sends the decoder into a loop; that transcript is redone with the full window.
         let seconds = audio.len() as f64 / 16_000.0;
         let frames = ((seconds * 50.0).ceil() as i32 + AUDIO_CTX_MARGIN).min(FULL_AUDIO_CTX);
-        let text = self.run(audio, frames)?;
-        if frames < FULL_AUDIO_CTX && looks_like_a_loop(&text, seconds) {
-            return self.run(audio, FULL_AUDIO_CTX);
+        let text = self.run(audio, frames, seconds)?;
+        if !looks_like_a_loop(&text, seconds) {
+            return Ok(text);
+        }
+        // A loop that only repeats its opening words is those words said once; anything
+        // else is decoded again with the full window (seconds on one thread).
+        if let Some(once) = said_once(&text) {
+            return Ok(once);
+        }
+        if frames < FULL_AUDIO_CTX {
+            return self.run(audio, FULL_AUDIO_CTX, seconds);
         }
         Ok(text)
     }
 
-    fn run(&mut self, audio: &[f32], audio_ctx: i32) -> Result<String> {
+    fn run(&mut self, audio: &[f32], audio_ctx: i32, seconds: f64) -> Result<String> {
         let mut params = FullParams::new(SamplingStrategy::Greedy { best_of: 1 });
         params.set_n_threads(self.threads);
         params.set_language(Some("en"));
@@ -86,6 +96,11 @@ impl Transcriber {
         params.set_suppress_blank(true);
         params.set_no_timestamps(true);
         params.set_audio_ctx(audio_ctx);
+        // No one says more than about six words a second: a decoder loop stops there
+        // instead of running to the window's 224 tokens, and no temperature fallback
+        // decodes it again and again (a loop is handled above, once).
+        params.set_max_tokens((seconds * MAX_TOKENS_PER_S).ceil() as i32 + 16);
+        params.set_temperature_inc(0.0);
         self.state
             .full(params, audio)
             .context("Whisper transcription failed")?;
@@ -114,6 +129,23 @@ fn looks_like_a_loop(text: &str, seconds: f64) -> bool {
     runs.iter()
         .enumerate()
         .any(|(i, run)| runs[i + 1..].contains(run))
+}
+
+/// `text` as its opening words said once, when the rest only repeats them (the last
+/// repeat may be cut short): "What is 2 plus 2? What is 2 plus 2? What is" → "What is 2
+/// plus 2?". At least three words, repeated at least once in full.
+fn said_once(text: &str) -> Option<String> {
+    let original: Vec<&str> = text.split_whitespace().collect();
+    let words: Vec<String> = original
+        .iter()
+        .map(|w| {
+            w.trim_matches(|c: char| !c.is_alphanumeric())
+                .to_lowercase()
+        })
+        .collect();
+    (3..=words.len() / 2)
+        .find(|&k| words.iter().enumerate().all(|(i, w)| *w == words[i % k]))
+        .map(|k| original[..k].join(" "))
 }
 
 /// Whisper marks non-speech as `[BLANK_AUDIO]`, `(music)` and the like; those are not words.
@@ -179,6 +211,14 @@ mod tests {
         assert!(looks_like_a_loop(&format!("{said} {said}"), 3.5));
         assert!(looks_like_a_loop(&"go ".repeat(40), 3.0));
         assert!(!looks_like_a_loop("no, no, no, no, I said no", 2.0));
+    }
+
+    #[test]
+    fn a_loop_of_the_opening_words_is_those_words_once() {
+        let looped = "What is 2 plus 2? What is 2 plus 2? What is 2 plus";
+        assert_eq!(said_once(looped).as_deref(), Some("What is 2 plus 2?"));
+        assert_eq!(said_once("What is 2 plus 2? What is 3 plus 3?"), None);
+        assert_eq!(said_once("What is 2 plus 2?"), None);
     }
 
     #[test]

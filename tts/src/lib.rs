@@ -14,7 +14,7 @@ use ort::session::Session;
 use ort::value::Tensor;
 use serde::Deserialize;
 use sublet_audio::Audio;
-use sublet_models::{onnx_environment, ModelCache};
+use sublet_models::{onnx_session, ModelCache};
 
 pub use phonemes::phonemize;
 
@@ -52,16 +52,11 @@ pub struct Voice {
 
 impl Voice {
     pub fn load(cache: &ModelCache) -> Result<Self> {
-        let env = onnx_environment(cache).map_err(anyhow::Error::msg)?;
         let config_path = cache.piper_config()?;
         let config: VoiceConfig = serde_json::from_slice(&std::fs::read(&config_path)?)
             .with_context(|| format!("reading voice config {}", config_path.display()))?;
         let model = cache.piper_voice()?;
-        let session = Session::builder(env)?
-            .with_intra_threads(2)
-            .map_err(|e| anyhow::anyhow!("{e}"))?
-            .commit_from_file(&model)
-            .with_context(|| format!("loading Piper voice {}", model.display()))?;
+        let session = onnx_session(cache, &model, 2).map_err(anyhow::Error::msg)?;
         let ids = config
             .phoneme_id_map
             .iter()

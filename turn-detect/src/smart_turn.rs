@@ -1,10 +1,10 @@
 //! Smart Turn v3.2: the probability that the caller has finished their turn, judged from
 //! the sound of the last 8 s (intonation, pace, a trailing "um"), not the words.
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use ort::session::Session;
 use ort::value::Tensor;
-use sublet_models::{onnx_environment, ModelCache};
+use sublet_models::{onnx_session, ModelCache};
 
 use crate::mel::{LogMel, N_MELS};
 
@@ -19,13 +19,8 @@ pub struct SmartTurn {
 
 impl SmartTurn {
     pub fn load(cache: &ModelCache) -> Result<Self> {
-        let env = onnx_environment(cache).map_err(anyhow::Error::msg)?;
         let path = cache.smart_turn()?;
-        let session = Session::builder(env)?
-            .with_intra_threads(2)
-            .map_err(|e| anyhow::anyhow!("{e}"))?
-            .commit_from_file(&path)
-            .with_context(|| format!("loading Smart Turn from {}", path.display()))?;
+        let session = onnx_session(cache, &path, 2).map_err(anyhow::Error::msg)?;
         Ok(Self {
             session,
             mel: LogMel::load(&cache.mel_filters()?)?,

@@ -1,9 +1,9 @@
 //! Silero VAD v6: the probability that a 32 ms frame holds speech.
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use ort::session::Session;
 use ort::value::Tensor;
-use sublet_models::{onnx_environment, ModelCache};
+use sublet_models::{onnx_session, ModelCache};
 
 /// Samples per frame at 16 kHz (32 ms).
 pub const VAD_FRAME: usize = 512;
@@ -20,13 +20,8 @@ pub struct SileroVad {
 
 impl SileroVad {
     pub fn load(cache: &ModelCache) -> Result<Self> {
-        let env = onnx_environment(cache).map_err(anyhow::Error::msg)?;
         let path = cache.silero_vad()?;
-        let session = Session::builder(env)?
-            .with_intra_threads(1)
-            .map_err(|e| anyhow::anyhow!("{e}"))?
-            .commit_from_file(&path)
-            .with_context(|| format!("loading Silero VAD from {}", path.display()))?;
+        let session = onnx_session(cache, &path, 1).map_err(anyhow::Error::msg)?;
         Ok(Self {
             session,
             state: vec![0.0; STATE_LEN],

@@ -15,8 +15,12 @@ use anyhow::{bail, Context, Result};
 use clap::Parser;
 use serde_json::{json, Value};
 use sublet_agent::{AgentConfig, Pacing, Quiet, TurnRecord, VoiceAgent};
-use sublet_bench::stats::{slo_from_voice_alone, summarize, AgentCallRecord, Summary, VoiceTurn};
-use sublet_bench::{agents, trace};
+use sublet_bench::figures::{
+    figures, RoundRecord, Sample, MAKE_ROOM_OFF, MAKE_ROOM_ON, VOICE_ALONE,
+};
+use sublet_bench::report::{markdown, BenchReport};
+use sublet_bench::stats::VoiceTurn;
+use sublet_bench::{agents, plots, trace};
 use sublet_engine::make_room::{PolicyConfig, Switches};
 use sublet_engine::server::{router, Metrics, ServerConfig};
 use sublet_engine::{Engine, EngineConfig, VOICE_PRIORITY};
@@ -26,7 +30,7 @@ use sublet_models::ModelCache;
 #[command(name = "bench")]
 struct Args {
     /// Coding-agent sessions beside the calls (generated, unless --trace).
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 6)]
     agents: usize,
     /// Recorded calls at once, each started a few seconds after the last.
     #[arg(long, default_value_t = 2)]
@@ -54,6 +58,10 @@ struct Args {
     /// make-room's step budget while no voice turn is near, in tokens (0: the chunk).
     #[arg(long, default_value_t = 128)]
     idle_chunk: usize,
+    /// make-room's window: a voice reply's first tokens (about its first sentence), during
+    /// which less urgent requests are held out of the steps.
+    #[arg(long, default_value_t = 32)]
+    first_tokens: usize,
     /// Where the summary and the report go.
     #[arg(long, default_value = "target/bench")]
     out: PathBuf,
@@ -69,16 +77,6 @@ const CALLS: [&str; 3] = [
 const CALL_STAGGER_S: f64 = 3.0;
 /// The engine's state is sampled this often through every round.
 const SAMPLE_EVERY: Duration = Duration::from_millis(250);
-
-/// One round's records.
-struct Round {
-    condition: &'static str,
-    seed: Option<u64>,
-    duration_s: f64,
-    turns: Vec<VoiceTurn>,
-    agents: Vec<AgentCallRecord>,
-    samples: Vec<Value>,
-}
 
 fn main() -> ExitCode {
     match run(Args::parse()) {
@@ -99,6 +97,7 @@ fn run(args: Args) -> Result<()> {
             chunk_tokens: Some(args.chunk.max(1)),
             idle_chunk_tokens: (args.idle_chunk > 0).then_some(args.idle_chunk),
             whole_prompt_priority: Some(VOICE_PRIORITY),
+            window_tokens: args.first_tokens.max(1),
             ..PolicyConfig::default()
         }),
         ..EngineConfig::bundled(&cache)?
@@ -138,10 +137,10 @@ fn run(args: Args) -> Result<()> {
     let limit = Duration::from_secs_f64(args.minutes * 60.0);
     let started = Instant::now();
     let mut rounds = Vec::new();
-    let plan: Vec<(&'static str, Option<u64>)> = std::iter::once(("voice alone", None))
+    let plan: Vec<(&'static str, Option<u64>)> = std::iter::once((VOICE_ALONE, None))
         .chain((0..args.rounds).flat_map(|r| {
             let seed = args.seed + r as u64;
-            [("make-room off", Some(seed)), ("make-room on", Some(seed))]
+            [(MAKE_ROOM_OFF, Some(seed)), (MAKE_ROOM_ON, Some(seed))]
         }))
         .collect();
     for (n, (condition, seed)) in plan.iter().enumerate() {
@@ -152,7 +151,7 @@ fn run(args: Args) -> Result<()> {
             seed.map(|s| format!(", seed {s}")).unwrap_or_default(),
             started.elapsed().as_secs_f64()
         );
-        let switches = if *condition == "make-room off" {
+        let switches = if *condition == MAKE_ROOM_OFF {
             Switches::default()
         } else {
             Switches::all()
@@ -161,7 +160,7 @@ fn run(args: Args) -> Result<()> {
         engine.set_make_room_switches(switches);
         let sessions = seed.map(sessions_for).unwrap_or_default();
         let round = run_round(
-            &agent, &engine, &base_url, &cache, args.calls, &sessions, limit, condition, *seed,
+            &agent, &engine, &base_url, &cache, args.calls, &sessions, limit, condition, *seed, n,
         )?;
         let done = round
             .turns
@@ -172,12 +171,12 @@ fn run(args: Args) -> Result<()> {
             "bench:   {} turns answered of {}, {} agent calls, {:.0} s",
             done,
             round.turns.len(),
-            round.agents.len(),
+            round.agent_calls.len(),
             round.duration_s
         );
         rounds.push(round);
     }
-    report(&args, &rounds)
+    report(&args, rounds)
 }
 
 /// Waits for the engine to finish what the last round left running.
@@ -206,7 +205,8 @@ fn run_round(
     limit: Duration,
     condition: &'static str,
     seed: Option<u64>,
-) -> Result<Round> {
+    round: usize,
+) -> Result<RoundRecord> {
     let round_start = Instant::now();
     let stop = AtomicBool::new(false);
     let calls_done = AtomicBool::new(false);
@@ -215,22 +215,24 @@ fn run_round(
         scope.spawn(|| {
             while !calls_done.load(Ordering::Relaxed) {
                 let state = engine.scheduler_state();
-                samples.lock().unwrap().push(json!({
-                    "t_s": round_start.elapsed().as_secs_f64(),
-                    "kv_used_tokens": state.kv_used_tokens,
-                    "kv_budget_tokens": state.kv_budget_tokens,
-                    "running": state.running,
-                    "waiting": state.waiting,
-                    "kv_preemptions": state.counters.kv_preemptions,
-                    "held_request_steps": state.counters.held_request_steps,
-                    "prefill_chunks": state.counters.prefill_chunks,
-                    "hints_seen": state.counters.hints_seen,
-                }));
+                let t_s = round_start.elapsed().as_secs_f64();
+                samples.lock().unwrap().push(Sample {
+                    t_s: (t_s * 1000.0).round() / 1000.0,
+                    kv_used_tokens: state.kv_used_tokens,
+                    kv_budget_tokens: state.kv_budget_tokens,
+                    running: state.running,
+                    waiting: state.waiting,
+                    kv_preemptions: state.counters.kv_preemptions,
+                    growth_preemptions: state.counters.growth_preemptions,
+                    held_request_steps: state.counters.held_request_steps,
+                    prefill_chunks: state.counters.prefill_chunks,
+                    hints_seen: state.counters.hints_seen,
+                });
                 std::thread::sleep(SAMPLE_EVERY);
             }
         });
         let replayer = (!sessions.is_empty())
-            .then(|| scope.spawn(|| agents::replay(base_url, sessions, &stop, round_start)));
+            .then(|| scope.spawn(|| agents::replay(base_url, sessions, &stop, round_start, round)));
         let callers: Vec<_> = (0..calls)
             .map(|i| {
                 let name = CALLS[i % CALLS.len()];
@@ -273,12 +275,12 @@ fn run_round(
             .unwrap_or_default();
         Ok((turns, agent_calls))
     })?;
-    Ok(Round {
-        condition,
+    Ok(RoundRecord {
+        condition: condition.to_owned(),
         seed,
         duration_s: round_start.elapsed().as_secs_f64(),
         turns,
-        agents: agent_calls,
+        agent_calls,
         samples: samples.into_inner().unwrap(),
     })
 }
@@ -315,66 +317,53 @@ fn match_turns(call: &str, utterance_ends: &[f64], turns: &[TurnRecord]) -> Vec<
         .collect()
 }
 
-fn report(args: &Args, rounds: &[Round]) -> Result<()> {
-    let voice_alone: Vec<VoiceTurn> = rounds
-        .iter()
-        .filter(|r| r.condition == "voice alone")
-        .flat_map(|r| r.turns.clone())
-        .collect();
-    let slo_s = slo_from_voice_alone(&voice_alone);
-    // The agents' figures count the calls that ended within the window, over the window.
+fn report(args: &Args, rounds: Vec<RoundRecord>) -> Result<()> {
     let window_s = args.minutes * 60.0;
-    let summaries: Vec<(&Round, Summary)> = rounds
-        .iter()
-        .map(|r| {
-            let in_window: Vec<AgentCallRecord> = r
-                .agents
-                .iter()
-                .filter(|a| a.ended_s <= window_s)
-                .cloned()
-                .collect();
-            (r, summarize(&r.turns, &in_window, window_s, slo_s))
-        })
-        .collect();
-    let ratios: Vec<Value> = summaries
-        .get(1..)
-        .unwrap_or_default()
-        .chunks(2)
-        .filter(|pair| pair.len() == 2 && pair[0].0.condition == "make-room off")
-        .map(|pair| {
-            let (off, on) = (&pair[0].1, &pair[1].1);
-            json!({
-                "seed": pair[0].0.seed,
-                "p95_voice_to_voice_off_over_on": off.voice_to_voice_p95_s / on.voice_to_voice_p95_s.max(1e-9),
-                "agent_throughput_on_over_off": on.agent_tokens_per_s / off.agent_tokens_per_s.max(1e-9),
-            })
-        })
-        .collect();
-    let summary = json!({
-        "config": {
+    let report = BenchReport {
+        command: std::iter::once("cargo xtask bench".to_owned())
+            .chain(std::env::args().skip(1))
+            .collect::<Vec<_>>()
+            .join(" "),
+        commit: commit(),
+        config: json!({
             "agents": args.agents, "calls": args.calls, "rounds": args.rounds,
             "minutes": args.minutes, "seed": args.seed, "kv_budget": args.kv_budget,
             "chunk": args.chunk, "idle_chunk": args.idle_chunk, "turn_hints": true,
+            "first_tokens": args.first_tokens,
             "trace": args.trace.as_ref().map(|p| p.display().to_string()),
-        },
-        "slo_s": slo_s,
-        "rounds": summaries.iter().map(|(r, s)| json!({
-            "condition": r.condition,
-            "seed": r.seed,
-            "duration_s": r.duration_s,
-            "summary": s,
-            "turns": r.turns,
-            "agent_calls": r.agents,
-            "samples": r.samples,
-        })).collect::<Vec<_>>(),
-        "ratios_by_round": ratios,
-    });
+        }),
+        window_s,
+        figures: figures(&rounds, window_s),
+        rounds,
+    };
     std::fs::create_dir_all(&args.out)?;
-    let path = args.out.join("summary.json");
-    std::fs::write(&path, serde_json::to_string_pretty(&summary)? + "\n")?;
-    println!("SLO (voice alone p95 + 0.25 s): {slo_s:.2} s");
+    let summary = args.out.join("summary.json");
+    std::fs::write(&summary, serde_json::to_string_pretty(&report)? + "\n")?;
+    plots::draw_all(&report, &args.out)?;
+    std::fs::write(args.out.join("report.md"), markdown(&report, &plots::PLOTS))?;
+    print_table(&report);
+    eprintln!(
+        "bench: wrote {}, report.md and the plots beside it",
+        summary.display()
+    );
+    Ok(())
+}
+
+/// The tree that ran, when this runs inside a git checkout.
+fn commit() -> Option<String> {
+    let output = std::process::Command::new("git")
+        .args(["describe", "--always", "--dirty"])
+        .output()
+        .ok()?;
+    let described = String::from_utf8(output.stdout).ok()?;
+    (output.status.success() && !described.trim().is_empty()).then(|| described.trim().to_owned())
+}
+
+fn print_table(report: &BenchReport) {
+    let f = &report.figures;
+    println!("SLO (voice alone p95 + 0.25 s): {:.2} s", f.slo_s);
     println!(
-        "{:<16} {:>6} {:>8} {:>8} {:>8} {:>9} {:>8} {:>11} {:>10}",
+        "{:<16} {:>6} {:>8} {:>8} {:>8} {:>9} {:>8} {:>11} {:>10} {:>7}",
         "round",
         "turns",
         "v2v p50",
@@ -383,12 +372,24 @@ fn report(args: &Args, rounds: &[Round]) -> Result<()> {
         "over SLO",
         "1st tok",
         "agent tok/s",
-        "agent TTFT"
+        "agent TTFT",
+        "KV full"
     );
-    for (round, s) in &summaries {
+    let rows = f
+        .rounds
+        .iter()
+        .map(|r| (&r.condition, &r.summary, r.kv.at_budget_share));
+    let pooled = f
+        .conditions
+        .iter()
+        .map(|c| (&c.condition, &c.summary, c.kv_at_budget_share));
+    for (n, (condition, s, at_budget)) in rows.chain(pooled).enumerate() {
+        if n == f.rounds.len() {
+            println!("all rounds of each condition:");
+        }
         println!(
-            "{:<16} {:>6} {:>8.2} {:>8.2} {:>8.2} {:>9} {:>8.2} {:>11.1} {:>10.2}",
-            round.condition,
+            "{:<16} {:>6} {:>8.2} {:>8.2} {:>8.2} {:>9} {:>8.2} {:>11.2} {:>10.2} {:>6.0}%",
+            condition,
             s.turns,
             s.voice_to_voice_p50_s,
             s.voice_to_voice_p95_s,
@@ -396,12 +397,16 @@ fn report(args: &Args, rounds: &[Round]) -> Result<()> {
             s.over_slo,
             s.first_token_p95_s,
             s.agent_tokens_per_s,
-            s.agent_first_token_p95_s
+            s.agent_first_token_p95_s,
+            at_budget * 100.0
         );
     }
-    for ratio in &ratios {
-        println!("{ratio}");
+    for p in &f.pairs {
+        println!(
+            "pair seed {}: p95 voice to voice off/on {:.2}x, agent throughput on/off {:.2}",
+            p.seed.unwrap_or_default(),
+            p.p95_voice_to_voice_off_over_on,
+            p.agent_throughput_on_over_off
+        );
     }
-    eprintln!("bench: wrote {}", path.display());
-    Ok(())
 }

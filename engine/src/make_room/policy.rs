@@ -169,13 +169,16 @@ impl Scheduler {
         }
     }
 
-    /// The step's token budget: small while a voice turn is near, else the idle chunk.
+    /// The step's token budget: small while a voice turn is near (with the budget cap or
+    /// the turn hint on), else the idle chunk. Switched off, the step budget is fixed, as an
+    /// engine with plain chunked prefill runs.
     fn chunk_now(&self) -> Option<usize> {
         let voice_near = !self.hints.is_empty()
-            || self
-                .config
-                .whole_prompt_priority
-                .is_some_and(|p| self.requests.values().any(|r| r.priority <= p));
+            || self.config.switches.budget_cap
+                && self
+                    .config
+                    .whole_prompt_priority
+                    .is_some_and(|p| self.requests.values().any(|r| r.priority <= p));
         match voice_near {
             true => self.config.chunk_tokens,
             false => self.config.idle_chunk_tokens.or(self.config.chunk_tokens),

@@ -432,6 +432,17 @@ mod tests {
             64,
             "{plan:?}"
         );
+        scheduler.finish_step(&plan, 10_010, &[]);
+        // A voice turn is running: small chunks beside it; with the switches off, the idle
+        // chunk all the same.
+        scheduler.add(Request::new(2, 0, Some(7), 40, 48)).unwrap();
+        let plan = scheduler.schedule(10_010);
+        assert!(plan.tokens() <= 40 + 16, "{plan:?}");
+        scheduler.set_switches(Switches::default());
+        scheduler.finish_step(&plan, 10_020, &[]);
+        let plan = scheduler.schedule(10_020);
+        let agent_chunk: usize = plan.prefill.iter().filter(|p| p.0 == 1).map(|p| p.1).sum();
+        assert!(agent_chunk > 16, "{plan:?}");
     }
 
     #[test]
