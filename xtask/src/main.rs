@@ -38,12 +38,18 @@ environment:
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    // `cargo xtask bench -- --agents 8` and `cargo xtask bench --agents 8` mean the same
+    // (`test` passes its arguments to `cargo test`, where `--` has its own meaning).
+    let rest = match args.get(1).map(String::as_str) {
+        Some("--") => &args[2..],
+        _ => args.get(1..).unwrap_or_default(),
+    };
     let result = match args.first().map(String::as_str) {
         Some("setup") => setup().map(|_| ()),
-        Some("demo") => demo(&args[1..]),
+        Some("demo") => demo(rest),
         Some("test") => test(&args[1..]),
-        Some("probe") => probe(&args[1..]),
-        Some("bench") => bench(&args[1..]),
+        Some("probe") => probe(rest),
+        Some("bench") => bench(rest),
         Some("patches") if args.get(1).map(String::as_str) == Some("save") => patches::save(),
         Some("-h" | "--help" | "help") | None => {
             println!("{USAGE}");
