@@ -136,7 +136,14 @@ impl VoiceAgent {
                 }
                 for event in detector.push(frame)? {
                     observer.turn_event(&event);
-                    if let (TurnEvent::SpeechStopped { .. }, Some(hint)) = (&event, &hint) {
+                    // At speech-stopped, and again once the end of turn is decided: the
+                    // hint holds less urgent prefill for a moment, and an unsure stop
+                    // waits longer than that before the turn arrives.
+                    if let (
+                        TurnEvent::SpeechStopped { .. } | TurnEvent::EndOfTurn { .. },
+                        Some(hint),
+                    ) = (&event, &hint)
+                    {
                         hint.send()?;
                     }
                     let TurnEvent::EndOfTurn {

@@ -146,6 +146,10 @@ impl VoiceAgent {
                             ..
                         } = event
                         {
+                            // Hinted again: an unsure stop waits longer than a hint holds.
+                            if let (Some(hint), false) = (&hint, preempted) {
+                                hint.send()?;
+                            }
                             preempted = false;
                             turns_tx.send(TurnWork::Answer(FinishedTurn {
                                 caller_stop_s: speech_end_s,

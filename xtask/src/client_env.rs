@@ -62,13 +62,22 @@ pub fn ensure_node_env(cache: &ModelCache) -> Result<()> {
     eprintln!("setup: installing node test clients into {}", dir.display());
     std::fs::create_dir_all(&dir)?;
     let status = Command::new("npm")
-        .args(["install", "--no-audit", "--no-fund", "--loglevel=error", "--prefix"])
+        .args([
+            "install",
+            "--no-audit",
+            "--no-fund",
+            "--loglevel=error",
+            "--prefix",
+        ])
         .arg(&dir)
         .args(NODE_PACKAGES)
         .status()
         .context("running npm: is npm installed?")?;
     if !status.success() {
-        bail!("npm could not install {} ({status})", NODE_PACKAGES.join(" "));
+        bail!(
+            "npm could not install {} ({status})",
+            NODE_PACKAGES.join(" ")
+        );
     }
     std::fs::write(stamp, wanted)?;
     Ok(())

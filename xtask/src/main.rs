@@ -10,9 +10,9 @@
 
 mod apt;
 mod calls;
+mod client_env;
 mod fetch;
 mod patches;
-mod client_env;
 mod whisper_ggml;
 
 use std::path::{Path, PathBuf};

@@ -7,14 +7,14 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
 use serde_json::{json, Value};
-use sublet_agent::{AgentConfig, Pacing, Quiet, TurnRecord, VoiceAgent};
+use sublet_agent::{AgentConfig, CallObserver, Pacing, TurnRecord, VoiceAgent};
 use sublet_bench::figures::{
     figures, RoundRecord, Sample, MAKE_ROOM_OFF, MAKE_ROOM_ON, VOICE_ALONE,
 };
@@ -77,6 +77,17 @@ const CALLS: [&str; 3] = [
 const CALL_STAGGER_S: f64 = 3.0;
 /// The engine's state is sampled this often through every round.
 const SAMPLE_EVERY: Duration = Duration::from_millis(250);
+/// A progress line this often (in samples) while a round runs.
+const PROGRESS_EVERY_SAMPLES: usize = 80;
+
+/// Counts a call's answered turns, for the progress lines.
+struct CountTurns<'a>(&'a AtomicUsize);
+
+impl CallObserver for CountTurns<'_> {
+    fn turn_answered(&mut self, _turn: &TurnRecord) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+}
 
 fn main() -> ExitCode {
     match run(Args::parse()) {
@@ -210,6 +221,7 @@ fn run_round(
     let round_start = Instant::now();
     let stop = AtomicBool::new(false);
     let calls_done = AtomicBool::new(false);
+    let answered = AtomicUsize::new(0);
     let samples = Mutex::new(Vec::new());
     let (turns, agent_calls) = std::thread::scope(|scope| -> Result<_> {
         scope.spawn(|| {
@@ -228,6 +240,18 @@ fn run_round(
                     prefill_chunks: state.counters.prefill_chunks,
                     hints_seen: state.counters.hints_seen,
                 });
+                let taken = samples.lock().unwrap().len();
+                if taken % PROGRESS_EVERY_SAMPLES == 0 {
+                    eprintln!(
+                        "bench:   {t_s:.0} s: {} turns answered; engine: {} running, {} waiting, \
+                         KV {}/{}",
+                        answered.load(Ordering::Relaxed),
+                        state.running,
+                        state.waiting,
+                        state.kv_used_tokens,
+                        state.kv_budget_tokens
+                    );
+                }
                 std::thread::sleep(SAMPLE_EVERY);
             }
         });
@@ -236,12 +260,18 @@ fn run_round(
         let callers: Vec<_> = (0..calls)
             .map(|i| {
                 let name = CALLS[i % CALLS.len()];
+                let answered = &answered;
                 scope.spawn(move || -> Result<Vec<VoiceTurn>> {
                     std::thread::sleep(Duration::from_secs_f64(i as f64 * CALL_STAGGER_S));
                     let audio = sublet_audio::read_wav(cache.call(name)?)?;
                     let utterances = utterance_ends(cache, name)?;
                     let outcome = agent
-                        .answer_recording(&audio, Pacing::Realtime, 16_000, &mut Quiet)?
+                        .answer_recording(
+                            &audio,
+                            Pacing::Realtime,
+                            16_000,
+                            &mut CountTurns(answered),
+                        )?
                         .turns;
                     Ok(match_turns(&format!("{name}#{i}"), &utterances, &outcome))
                 })
