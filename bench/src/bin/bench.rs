@@ -62,6 +62,10 @@ struct Args {
     /// which less urgent requests are held out of the steps.
     #[arg(long, default_value_t = 32)]
     first_tokens: usize,
+    /// Only write `report.md` and the plots again from the `summary.json` in `--out`
+    /// (after a change to the report's layout; the figures are the ones it holds).
+    #[arg(long)]
+    render_only: bool,
     /// Where the summary and the report go.
     #[arg(long, default_value = "target/bench")]
     out: PathBuf,
@@ -100,6 +104,14 @@ fn main() -> ExitCode {
 }
 
 fn run(args: Args) -> Result<()> {
+    if args.render_only {
+        let path = args.out.join("summary.json");
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        let report: BenchReport = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not a bench summary", path.display()))?;
+        return write_report(&report, &args.out);
+    }
     let cache = ModelCache::from_env();
     let engine = Arc::new(Engine::load(&EngineConfig {
         make_room: Some(PolicyConfig {
@@ -369,12 +381,17 @@ fn report(args: &Args, rounds: Vec<RoundRecord>) -> Result<()> {
     std::fs::create_dir_all(&args.out)?;
     let summary = args.out.join("summary.json");
     std::fs::write(&summary, serde_json::to_string_pretty(&report)? + "\n")?;
-    plots::draw_all(&report, &args.out)?;
-    std::fs::write(args.out.join("report.md"), markdown(&report, &plots::PLOTS))?;
-    print_table(&report);
+    write_report(&report, &args.out)
+}
+
+/// `report.md` and the plots into `dir`, and the table on standard output.
+fn write_report(report: &BenchReport, dir: &std::path::Path) -> Result<()> {
+    plots::draw_all(report, dir)?;
+    std::fs::write(dir.join("report.md"), markdown(report, &plots::PLOTS))?;
+    print_table(report);
     eprintln!(
-        "bench: wrote {}, report.md and the plots beside it",
-        summary.display()
+        "bench: wrote {}: summary.json, report.md and the plots",
+        dir.display()
     );
     Ok(())
 }

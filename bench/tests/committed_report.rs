@@ -1,0 +1,102 @@
+//! The bench report committed in `docs/bench/`: every figure in its `summary.json` is
+//! recomputed from the per-turn, per-call and per-sample records beside it, and its
+//! `report.md` is exactly what those figures render to.
+
+use std::path::PathBuf;
+
+use serde_json::Value;
+use sublet_bench::figures::figures;
+use sublet_bench::plots::PLOTS;
+use sublet_bench::report::{markdown, BenchReport};
+
+fn committed() -> (BenchReport, PathBuf) {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/bench");
+    let text = std::fs::read_to_string(dir.join("summary.json"))
+        .unwrap_or_else(|e| panic!("reading {}: {e}", dir.join("summary.json").display()));
+    (
+        serde_json::from_str(&text).expect("summary.json parses"),
+        dir,
+    )
+}
+
+/// Whether two JSON values are the same, numbers within a relative 1e-9 (a float's trip
+/// through JSON text may move its last bit).
+fn same(a: &Value, b: &Value, at: &str) -> Result<(), String> {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => {
+            let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
+            if (x - y).abs() <= 1e-9 * x.abs().max(y.abs()).max(1.0) {
+                Ok(())
+            } else {
+                Err(format!("{at}: {x} against {y}"))
+            }
+        }
+        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => x
+            .iter()
+            .zip(y)
+            .enumerate()
+            .try_for_each(|(i, (x, y))| same(x, y, &format!("{at}[{i}]"))),
+        (Value::Object(x), Value::Object(y)) if x.len() == y.len() => {
+            x.iter().try_for_each(|(k, v)| {
+                same(
+                    v,
+                    y.get(k).ok_or(format!("{at}.{k} missing"))?,
+                    &format!("{at}.{k}"),
+                )
+            })
+        }
+        _ if a == b => Ok(()),
+        _ => Err(format!("{at}: {a} against {b}")),
+    }
+}
+
+#[test]
+fn every_figure_is_recomputed_from_the_records() {
+    let (report, _) = committed();
+    assert!(report.rounds.len() >= 3, "a voice-alone round and a pair");
+    assert!(report.rounds.iter().all(|r| !r.turns.is_empty()));
+    let recomputed = figures(&report.rounds, report.window_s);
+    same(
+        &serde_json::to_value(&recomputed).unwrap(),
+        &serde_json::to_value(&report.figures).unwrap(),
+        "figures",
+    )
+    .unwrap();
+}
+
+#[test]
+fn the_check_notices_a_changed_turn() {
+    let (mut report, _) = committed();
+    // The slowest turn that was not timed out: a second more moves its round's p95.
+    let slowest = report
+        .rounds
+        .iter_mut()
+        .flat_map(|r| r.turns.iter_mut())
+        .filter(|t| t.scored_s() < 29.0)
+        .max_by(|a, b| a.scored_s().total_cmp(&b.scored_s()))
+        .unwrap();
+    slowest.voice_to_voice_s = Some(slowest.scored_s() + 1.0);
+    let recomputed = figures(&report.rounds, report.window_s);
+    let error = same(
+        &serde_json::to_value(&recomputed).unwrap(),
+        &serde_json::to_value(&report.figures).unwrap(),
+        "figures",
+    )
+    .unwrap_err();
+    assert!(error.contains("voice_to_voice"), "{error}");
+}
+
+#[test]
+fn the_markdown_report_renders_those_figures_and_its_plots_exist() {
+    let (report, dir) = committed();
+    let committed_md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    let rendered = markdown(&report, &PLOTS);
+    assert!(
+        committed_md.starts_with(&rendered),
+        "docs/bench/report.md differs from what summary.json renders to"
+    );
+    for (_, file) in PLOTS {
+        let svg = std::fs::read_to_string(dir.join(file)).unwrap();
+        assert!(svg.contains("<svg") && svg.contains("</svg>"), "{file}");
+    }
+}
