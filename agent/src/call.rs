@@ -10,7 +10,7 @@ use sublet_audio::{Audio, SPEECH_RATE};
 use sublet_turn_detect::TurnEvent;
 
 use crate::record::TurnRecord;
-use crate::responder::{AudioOut, FinishedTurn, SpokenSentence};
+use crate::responder::{AudioOut, FinishedTurn, SpokenSentence, TurnHint};
 use crate::VoiceAgent;
 
 /// How fast the recorded call is played in.
@@ -136,14 +136,18 @@ impl VoiceAgent {
                 }
                 for event in detector.push(frame)? {
                     observer.turn_event(&event);
-                    // At speech-stopped, and again once the end of turn is decided: the
-                    // hint holds less urgent prefill for a moment, and an unsure stop
-                    // waits longer than that before the turn arrives.
-                    if let (
-                        TurnEvent::SpeechStopped { .. } | TurnEvent::EndOfTurn { .. },
-                        Some(hint),
-                    ) = (&event, &hint)
-                    {
+                    // At speech-stopped, and again when an unsure stop's end of turn is
+                    // decided: the hint holds less urgent prefill only for a moment.
+                    let hint_now = match &event {
+                        TurnEvent::SpeechStopped { .. } => true,
+                        TurnEvent::EndOfTurn {
+                            speech_end_s,
+                            decided_s,
+                            ..
+                        } => TurnHint::again_at_end_of_turn(decided_s - speech_end_s),
+                        _ => false,
+                    };
+                    if let (true, Some(hint)) = (hint_now, &hint) {
                         hint.send()?;
                     }
                     let TurnEvent::EndOfTurn {

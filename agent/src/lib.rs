@@ -49,7 +49,7 @@ pub struct AgentConfig {
     pub history_messages: usize,
     pub endpoint: EndpointConfig,
     /// Send the engine a one-token turn hint when the caller stops speaking, and again
-    /// when the end of their turn is decided (an unsure stop can wait 3 s). Off by
+    /// when an unsure stop's end of turn is decided (it can wait 3 s). Off by
     /// default until the engine's scheduler acts on it: alone, on 2 cores, the hint's
     /// prefill competes with the transcription (about +150 ms voice to voice measured).
     pub turn_hints: bool,

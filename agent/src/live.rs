@@ -15,7 +15,7 @@ use crate::barge_in::{BargeIn, BargeInAction, CallerSpeech};
 use crate::call::CallObserver;
 use crate::playout::Playout;
 use crate::record::TurnRecord;
-use crate::responder::{FinishedTurn, ReplyCutter, TurnWork};
+use crate::responder::{FinishedTurn, ReplyCutter, TurnHint, TurnWork};
 use crate::VoiceAgent;
 
 /// Audio frames fed to the detector: 20 ms.
@@ -141,13 +141,15 @@ impl VoiceAgent {
                         }
                         if let TurnEvent::EndOfTurn {
                             speech_end_s,
+                            decided_s,
                             end_of_turn_score,
                             audio,
                             ..
                         } = event
                         {
                             // Hinted again: an unsure stop waits longer than a hint holds.
-                            if let (Some(hint), false) = (&hint, preempted) {
+                            let again = TurnHint::again_at_end_of_turn(decided_s - speech_end_s);
+                            if let (Some(hint), false, true) = (&hint, preempted, again) {
                                 hint.send()?;
                             }
                             preempted = false;

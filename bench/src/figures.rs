@@ -27,6 +27,9 @@ pub struct Sample {
     pub kv_preemptions: u64,
     pub growth_preemptions: u64,
     pub held_request_steps: u64,
+    /// Holds skipped because a request had been held its limit of steps in a row.
+    #[serde(default)]
+    pub hold_releases: u64,
     pub prefill_chunks: u64,
     pub hints_seen: u64,
 }
@@ -55,6 +58,8 @@ pub struct KvFigures {
     pub kv_preemptions: u64,
     pub growth_preemptions: u64,
     pub held_request_steps: u64,
+    #[serde(default)]
+    pub hold_releases: u64,
     pub prefill_chunks: u64,
     pub hints_seen: u64,
 }
@@ -195,6 +200,7 @@ pub fn kv_figures(samples: &[Sample], window_s: f64) -> KvFigures {
         kv_preemptions: grew(|s| s.kv_preemptions),
         growth_preemptions: grew(|s| s.growth_preemptions),
         held_request_steps: grew(|s| s.held_request_steps),
+        hold_releases: grew(|s| s.hold_releases),
         prefill_chunks: grew(|s| s.prefill_chunks),
         hints_seen: grew(|s| s.hints_seen),
     }
@@ -237,6 +243,7 @@ mod tests {
             kv_preemptions: 0,
             growth_preemptions: 0,
             held_request_steps: held,
+            hold_releases: 0,
             prefill_chunks: 0,
             hints_seen: 0,
         }

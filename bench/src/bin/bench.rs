@@ -249,6 +249,7 @@ fn run_round(
                     kv_preemptions: state.counters.kv_preemptions,
                     growth_preemptions: state.counters.growth_preemptions,
                     held_request_steps: state.counters.held_request_steps,
+                    hold_releases: state.counters.hold_releases,
                     prefill_chunks: state.counters.prefill_chunks,
                     hints_seen: state.counters.hints_seen,
                 });
