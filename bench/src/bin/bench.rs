@@ -32,15 +32,16 @@ struct Args {
     /// Coding-agent sessions beside the calls (generated, unless --trace).
     #[arg(long, default_value_t = 6)]
     agents: usize,
-    /// Recorded calls at once, each started a few seconds after the last.
+    /// Callers at once, each started a few seconds after the last, each replaying the
+    /// recorded calls back to back until the round's window closes.
     #[arg(long, default_value_t = 2)]
     calls: usize,
     /// Pairs of rounds beside the agents (make-room off, then on, with the same seed).
     #[arg(long, default_value_t = 2)]
     rounds: usize,
-    /// How long the agents run in each round, in minutes: their throughput is measured over
-    /// this window, the same in every round (the calls start at its beginning and are
-    /// always answered to the end).
+    /// How long each round's agents and callers keep starting calls, in minutes: the
+    /// agents' throughput is measured over this window, the same in every round (calls in
+    /// progress when it closes are answered to their end).
     #[arg(long, default_value_t = 2.0)]
     minutes: f64,
     /// The seed of the generated sessions (each pair of rounds adds its index).
@@ -270,28 +271,41 @@ fn run_round(
         });
         let replayer = (!sessions.is_empty())
             .then(|| scope.spawn(|| agents::replay(base_url, sessions, &stop, round_start, round)));
+        // Each caller replays the recordings back to back, from its own, until the window
+        // closes, so that voice turns come through the whole window; agents and callers
+        // stop starting calls when it closes, and the calls in progress run to their end.
+        let window_ends = round_start + limit;
         let callers: Vec<_> = (0..calls)
             .map(|i| {
-                let name = CALLS[i % CALLS.len()];
                 let answered = &answered;
                 scope.spawn(move || -> Result<Vec<VoiceTurn>> {
                     std::thread::sleep(Duration::from_secs_f64(i as f64 * CALL_STAGGER_S));
-                    let audio = sublet_audio::read_wav(cache.call(name)?)?;
-                    let utterances = utterance_ends(cache, name)?;
-                    let outcome = agent
-                        .answer_recording(
-                            &audio,
-                            Pacing::Realtime,
-                            16_000,
-                            &mut CountTurns(answered),
-                        )?
-                        .turns;
-                    Ok(match_turns(&format!("{name}#{i}"), &utterances, &outcome))
+                    let mut turns = Vec::new();
+                    for k in 0.. {
+                        if k > 0 && Instant::now() >= window_ends {
+                            break;
+                        }
+                        let name = CALLS[(i + k) % CALLS.len()];
+                        let audio = sublet_audio::read_wav(cache.call(name)?)?;
+                        let utterances = utterance_ends(cache, name)?;
+                        let outcome = agent
+                            .answer_recording(
+                                &audio,
+                                Pacing::Realtime,
+                                16_000,
+                                &mut CountTurns(answered),
+                            )?
+                            .turns;
+                        turns.extend(match_turns(
+                            &format!("{name}#{i}.{k}"),
+                            &utterances,
+                            &outcome,
+                        ));
+                    }
+                    Ok(turns)
                 })
             })
             .collect();
-        // The agents stop starting calls when the window closes; the calls run to their end.
-        let window_ends = round_start + limit;
         let mut turns = Vec::new();
         for caller in callers {
             while !caller.is_finished() {
