@@ -1,4 +1,4 @@
-//! The bench report committed in `docs/bench/`: every figure in its `summary.json` is
+//! The bench reports committed in `docs/`: every figure in each `summary.json` is
 //! recomputed from the per-turn, per-call and per-sample records beside it, and its
 //! `report.md` is exactly what those figures render to.
 
@@ -9,8 +9,17 @@ use sublet_bench::figures::figures;
 use sublet_bench::plots::PLOTS;
 use sublet_bench::report::{markdown, BenchReport};
 
-fn committed() -> (BenchReport, PathBuf) {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/bench");
+/// The committed runs: the default one, and one with `--calls-fill-window`.
+const RUNS: [&str; 2] = ["docs/bench", "docs/bench-calls-fill-window"];
+
+fn committed() -> Vec<(BenchReport, PathBuf)> {
+    RUNS.iter().map(|run| committed_in(run)).collect()
+}
+
+fn committed_in(run: &str) -> (BenchReport, PathBuf) {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(run);
     let text = std::fs::read_to_string(dir.join("summary.json"))
         .unwrap_or_else(|e| panic!("reading {}: {e}", dir.join("summary.json").display()));
     (
@@ -52,21 +61,22 @@ fn same(a: &Value, b: &Value, at: &str) -> Result<(), String> {
 
 #[test]
 fn every_figure_is_recomputed_from_the_records() {
-    let (report, _) = committed();
-    assert!(report.rounds.len() >= 3, "a voice-alone round and a pair");
-    assert!(report.rounds.iter().all(|r| !r.turns.is_empty()));
-    let recomputed = figures(&report.rounds, report.window_s);
-    same(
-        &serde_json::to_value(&recomputed).unwrap(),
-        &serde_json::to_value(&report.figures).unwrap(),
-        "figures",
-    )
-    .unwrap();
+    for (report, dir) in committed() {
+        assert!(report.rounds.len() >= 3, "a voice-alone round and a pair");
+        assert!(report.rounds.iter().all(|r| !r.turns.is_empty()));
+        let recomputed = figures(&report.rounds, report.window_s);
+        same(
+            &serde_json::to_value(&recomputed).unwrap(),
+            &serde_json::to_value(&report.figures).unwrap(),
+            "figures",
+        )
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    }
 }
 
 #[test]
 fn the_check_notices_a_changed_turn() {
-    let (mut report, _) = committed();
+    let (mut report, _) = committed_in(RUNS[0]);
     // The slowest turn that was not timed out: a second more moves its round's p95.
     let slowest = report
         .rounds
@@ -88,15 +98,17 @@ fn the_check_notices_a_changed_turn() {
 
 #[test]
 fn the_markdown_report_renders_those_figures_and_its_plots_exist() {
-    let (report, dir) = committed();
-    let committed_md = std::fs::read_to_string(dir.join("report.md")).unwrap();
-    let rendered = markdown(&report, &PLOTS);
-    assert!(
-        committed_md.starts_with(&rendered),
-        "docs/bench/report.md differs from what summary.json renders to"
-    );
-    for (_, file) in PLOTS {
-        let svg = std::fs::read_to_string(dir.join(file)).unwrap();
-        assert!(svg.contains("<svg") && svg.contains("</svg>"), "{file}");
+    for (report, dir) in committed() {
+        let committed_md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+        let rendered = markdown(&report, &PLOTS);
+        assert!(
+            committed_md.starts_with(&rendered),
+            "{}/report.md differs from what summary.json renders to",
+            dir.display()
+        );
+        for (_, file) in PLOTS {
+            let svg = std::fs::read_to_string(dir.join(file)).unwrap();
+            assert!(svg.contains("<svg") && svg.contains("</svg>"), "{file}");
+        }
     }
 }

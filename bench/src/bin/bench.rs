@@ -32,8 +32,8 @@ struct Args {
     /// Coding-agent sessions beside the calls (generated, unless --trace).
     #[arg(long, default_value_t = 6)]
     agents: usize,
-    /// Callers at once, each started a few seconds after the last, each replaying the
-    /// recorded calls back to back until the round's window closes.
+    /// Callers at once, each started a few seconds after the last with one recorded call
+    /// (with `--calls-fill-window`, the recordings back to back until the window closes).
     #[arg(long, default_value_t = 2)]
     calls: usize,
     /// Pairs of rounds beside the agents (make-room off, then on, with the same seed).
@@ -67,6 +67,10 @@ struct Args {
     /// (after a change to the report's layout; the figures are the ones it holds).
     #[arg(long)]
     render_only: bool,
+    /// Each caller replays the recordings back to back until the window closes, so that
+    /// voice turns come through the whole window instead of its first half minute.
+    #[arg(long)]
+    calls_fill_window: bool,
     /// Where the summary and the report go.
     #[arg(long, default_value = "target/bench")]
     out: PathBuf,
@@ -184,7 +188,17 @@ fn run(args: Args) -> Result<()> {
         engine.set_make_room_switches(switches);
         let sessions = seed.map(sessions_for).unwrap_or_default();
         let round = run_round(
-            &agent, &engine, &base_url, &cache, args.calls, &sessions, limit, condition, *seed, n,
+            &agent,
+            &engine,
+            &base_url,
+            &cache,
+            args.calls,
+            &sessions,
+            limit,
+            condition,
+            *seed,
+            n,
+            args.calls_fill_window,
         )?;
         let done = round
             .turns
@@ -230,6 +244,7 @@ fn run_round(
     condition: &'static str,
     seed: Option<u64>,
     round: usize,
+    fill_window: bool,
 ) -> Result<RoundRecord> {
     let round_start = Instant::now();
     let stop = AtomicBool::new(false);
@@ -271,9 +286,9 @@ fn run_round(
         });
         let replayer = (!sessions.is_empty())
             .then(|| scope.spawn(|| agents::replay(base_url, sessions, &stop, round_start, round)));
-        // Each caller replays the recordings back to back, from its own, until the window
-        // closes, so that voice turns come through the whole window; agents and callers
-        // stop starting calls when it closes, and the calls in progress run to their end.
+        // Each caller replays one recording, or (`fill_window`) the recordings back to back
+        // from its own until the window closes; agents and callers stop starting calls
+        // when it closes, and the calls in progress run to their end.
         let window_ends = round_start + limit;
         let callers: Vec<_> = (0..calls)
             .map(|i| {
@@ -282,7 +297,7 @@ fn run_round(
                     std::thread::sleep(Duration::from_secs_f64(i as f64 * CALL_STAGGER_S));
                     let mut turns = Vec::new();
                     for k in 0.. {
-                        if k > 0 && Instant::now() >= window_ends {
+                        if k > 0 && (!fill_window || Instant::now() >= window_ends) {
                             break;
                         }
                         let name = CALLS[(i + k) % CALLS.len()];
@@ -386,7 +401,7 @@ fn report(args: &Args, rounds: Vec<RoundRecord>) -> Result<()> {
             "agents": args.agents, "calls": args.calls, "rounds": args.rounds,
             "minutes": args.minutes, "seed": args.seed, "kv_budget": args.kv_budget,
             "chunk": args.chunk, "idle_chunk": args.idle_chunk, "turn_hints": true,
-            "first_tokens": args.first_tokens,
+            "first_tokens": args.first_tokens, "calls_fill_window": args.calls_fill_window,
             "trace": args.trace.as_ref().map(|p| p.display().to_string()),
         }),
         window_s,
