@@ -115,13 +115,7 @@ impl Transcriber {
 /// A decoder loop: more words than anyone says in the time, or a run of five words said
 /// twice over.
 fn looks_like_a_loop(text: &str, seconds: f64) -> bool {
-    let words: Vec<String> = text
-        .split_whitespace()
-        .map(|w| {
-            w.trim_matches(|c: char| !c.is_alphanumeric())
-                .to_lowercase()
-        })
-        .collect();
+    let words = plain_words(text);
     if words.len() as f64 > 6.0 * seconds + 8.0 {
         return true;
     }
@@ -136,16 +130,20 @@ fn looks_like_a_loop(text: &str, seconds: f64) -> bool {
 /// plus 2?". At least three words, repeated at least once in full.
 fn said_once(text: &str) -> Option<String> {
     let original: Vec<&str> = text.split_whitespace().collect();
-    let words: Vec<String> = original
-        .iter()
+    let words = plain_words(text);
+    (3..=words.len() / 2)
+        .find(|&k| words.iter().enumerate().all(|(i, w)| *w == words[i % k]))
+        .map(|k| original[..k].join(" "))
+}
+
+/// The words of `text`, lower-cased, without the punctuation around them.
+fn plain_words(text: &str) -> Vec<String> {
+    text.split_whitespace()
         .map(|w| {
             w.trim_matches(|c: char| !c.is_alphanumeric())
                 .to_lowercase()
         })
-        .collect();
-    (3..=words.len() / 2)
-        .find(|&k| words.iter().enumerate().all(|(i, w)| *w == words[i % k]))
-        .map(|k| original[..k].join(" "))
+        .collect()
 }
 
 /// Whisper marks non-speech as `[BLANK_AUDIO]`, `(music)` and the like; those are not words.

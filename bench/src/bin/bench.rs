@@ -117,6 +117,8 @@ fn run(args: Args) -> Result<()> {
             .with_context(|| format!("{} is not a bench summary", path.display()))?;
         return write_report(&report, &args.out);
     }
+    // The tree as it is when the run starts: edits made while it runs are not what ran.
+    let commit = commit();
     let cache = ModelCache::from_env();
     let engine = Arc::new(Engine::load(&EngineConfig {
         make_room: Some(PolicyConfig {
@@ -214,7 +216,7 @@ fn run(args: Args) -> Result<()> {
         );
         rounds.push(round);
     }
-    report(&args, rounds)
+    report(&args, commit, rounds)
 }
 
 /// Waits for the engine to finish what the last round left running.
@@ -389,14 +391,14 @@ fn match_turns(call: &str, utterance_ends: &[f64], turns: &[TurnRecord]) -> Vec<
         .collect()
 }
 
-fn report(args: &Args, rounds: Vec<RoundRecord>) -> Result<()> {
+fn report(args: &Args, commit: Option<String>, rounds: Vec<RoundRecord>) -> Result<()> {
     let window_s = args.minutes * 60.0;
     let report = BenchReport {
         command: std::iter::once("cargo xtask bench".to_owned())
             .chain(std::env::args().skip(1))
             .collect::<Vec<_>>()
             .join(" "),
-        commit: commit(),
+        commit,
         config: json!({
             "agents": args.agents, "calls": args.calls, "rounds": args.rounds,
             "minutes": args.minutes, "seed": args.seed, "kv_budget": args.kv_budget,
