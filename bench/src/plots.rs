@@ -1,8 +1,11 @@
 //! The report's plots, as SVG files drawn with `plotters`.
 
+use std::ops::Range;
 use std::path::Path;
 
 use anyhow::{anyhow, Result};
+use plotters::coord::types::RangedCoordf64;
+use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use crate::figures::{RoundRecord, MAKE_ROOM_OFF, MAKE_ROOM_ON, VOICE_ALONE};
@@ -38,6 +41,42 @@ fn failed<E: std::fmt::Debug>(e: E) -> anyhow::Error {
     anyhow!("drawing a plot: {e:?}")
 }
 
+type Chart<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// A titled chart over `x` and `y` on a white `root` (each plot draws its own mesh).
+fn chart<'a, 'b>(
+    root: &'a DrawingArea<SVGBackend<'b>, Shift>,
+    title: &str,
+    x: Range<f64>,
+    y: Range<f64>,
+    y_label_area: u32,
+) -> Result<Chart<'a, 'b>> {
+    root.fill(&WHITE).map_err(failed)?;
+    ChartBuilder::on(root)
+        .caption(title, ("sans-serif", 20))
+        .margin(16)
+        .x_label_area_size(44)
+        .y_label_area_size(y_label_area)
+        .build_cartesian_2d(x, y)
+        .map_err(failed)
+}
+
+/// The series' legend at `position`, then the file written.
+fn finish<'a, 'b>(
+    mut chart: Chart<'a, 'b>,
+    root: &'a DrawingArea<SVGBackend<'b>, Shift>,
+    position: SeriesLabelPosition,
+) -> Result<()> {
+    chart
+        .configure_series_labels()
+        .position(position)
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK.mix(0.3))
+        .draw()
+        .map_err(failed)?;
+    root.present().map_err(failed)
+}
+
 /// The share of turns answered within each time, one line per condition.
 fn voice_to_voice_cdf(report: &BenchReport, path: &Path) -> Result<()> {
     let series: Vec<(&str, Vec<f64>)> = [VOICE_ALONE, MAKE_ROOM_OFF, MAKE_ROOM_ON]
@@ -60,14 +99,7 @@ fn voice_to_voice_cdf(report: &BenchReport, path: &Path) -> Result<()> {
         .fold(1.0f64, |a, b| a.max(*b))
         * 1.05;
     let root = SVGBackend::new(path, SIZE).into_drawing_area();
-    root.fill(&WHITE).map_err(failed)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(PLOTS[0].0, ("sans-serif", 20))
-        .margin(16)
-        .x_label_area_size(44)
-        .y_label_area_size(56)
-        .build_cartesian_2d(0f64..x_max, 0f64..1.02f64)
-        .map_err(failed)?;
+    let mut chart = chart(&root, PLOTS[0].0, 0f64..x_max, 0f64..1.02f64, 56)?;
     chart
         .configure_mesh()
         .x_desc("seconds from the caller's stop to the reply's first audio")
@@ -98,14 +130,7 @@ fn voice_to_voice_cdf(report: &BenchReport, path: &Path) -> Result<()> {
             .label(format!("{condition} ({} turns)", values.len()))
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(2)));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
-        .background_style(WHITE.mix(0.9))
-        .border_style(BLACK.mix(0.3))
-        .draw()
-        .map_err(failed)?;
-    root.present().map_err(failed)
+    finish(chart, &root, SeriesLabelPosition::LowerRight)
 }
 
 /// One bar per condition, each stage's mean a segment of it.
@@ -116,15 +141,9 @@ fn stages(report: &BenchReport, path: &Path) -> Result<()> {
         .map(|c| c.stage_means_s.iter().sum::<f64>())
         .fold(1.0f64, f64::max);
     let root = SVGBackend::new(path, SIZE).into_drawing_area();
-    root.fill(&WHITE).map_err(failed)?;
     let names: Vec<String> = conditions.iter().map(|c| c.condition.clone()).collect();
-    let mut chart = ChartBuilder::on(&root)
-        .caption(PLOTS[1].0, ("sans-serif", 20))
-        .margin(16)
-        .x_label_area_size(44)
-        .y_label_area_size(120)
-        .build_cartesian_2d(0f64..longest * 1.05, 0f64..conditions.len().max(1) as f64)
-        .map_err(failed)?;
+    let bars = conditions.len().max(1) as f64;
+    let mut chart = chart(&root, PLOTS[1].0, 0f64..longest * 1.05, 0f64..bars, 120)?;
     chart
         .configure_mesh()
         .disable_y_mesh()
@@ -160,14 +179,7 @@ fn stages(report: &BenchReport, path: &Path) -> Result<()> {
             .label(*stage)
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], color.filled()));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.9))
-        .border_style(BLACK.mix(0.3))
-        .draw()
-        .map_err(failed)?;
-    root.present().map_err(failed)
+    finish(chart, &root, SeriesLabelPosition::UpperRight)
 }
 
 /// KV use as a share of the budget through each round beside the agents.
@@ -182,14 +194,7 @@ fn kv_use(rounds: &[RoundRecord], path: &Path) -> Result<()> {
         .flat_map(|(_, r)| r.samples.last())
         .fold(1.0f64, |a, s| a.max(s.t_s));
     let root = SVGBackend::new(path, SIZE).into_drawing_area();
-    root.fill(&WHITE).map_err(failed)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(PLOTS[2].0, ("sans-serif", 20))
-        .margin(16)
-        .x_label_area_size(44)
-        .y_label_area_size(56)
-        .build_cartesian_2d(0f64..t_max, 0f64..1.1f64)
-        .map_err(failed)?;
+    let mut chart = chart(&root, PLOTS[2].0, 0f64..t_max, 0f64..1.1f64, 56)?;
     chart
         .configure_mesh()
         .x_desc("seconds into the round")
@@ -212,12 +217,5 @@ fn kv_use(rounds: &[RoundRecord], path: &Path) -> Result<()> {
             .label(format!("round {}: {}", n + 1, round.condition))
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], style));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
-        .background_style(WHITE.mix(0.9))
-        .border_style(BLACK.mix(0.3))
-        .draw()
-        .map_err(failed)?;
-    root.present().map_err(failed)
+    finish(chart, &root, SeriesLabelPosition::LowerRight)
 }

@@ -138,6 +138,10 @@ fn run(args: Args) -> Result<()> {
         ..AgentConfig::default()
     };
     let agent = VoiceAgent::with_engine(cache.clone(), engine.clone(), config);
+    let recordings = CALLS
+        .iter()
+        .map(|name| Recording::load(&cache, name))
+        .collect::<Result<Vec<_>>>()?;
     let runtime = tokio::runtime::Runtime::new()?;
     let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))?;
     let base_url = format!("http://{}", listener.local_addr()?);
@@ -193,7 +197,7 @@ fn run(args: Args) -> Result<()> {
             &agent,
             &engine,
             &base_url,
-            &cache,
+            &recordings,
             args.calls,
             &sessions,
             limit,
@@ -239,7 +243,7 @@ fn run_round(
     agent: &VoiceAgent,
     engine: &Engine,
     base_url: &str,
-    cache: &ModelCache,
+    recordings: &[Recording],
     calls: usize,
     sessions: &[trace::AgentCall],
     limit: Duration,
@@ -302,20 +306,18 @@ fn run_round(
                         if k > 0 && (!fill_window || Instant::now() >= window_ends) {
                             break;
                         }
-                        let name = CALLS[(i + k) % CALLS.len()];
-                        let audio = sublet_audio::read_wav(cache.call(name)?)?;
-                        let utterances = utterance_ends(cache, name)?;
+                        let recording = &recordings[(i + k) % recordings.len()];
                         let outcome = agent
                             .answer_recording(
-                                &audio,
+                                &recording.audio,
                                 Pacing::Realtime,
                                 16_000,
                                 &mut CountTurns(answered),
                             )?
                             .turns;
                         turns.extend(match_turns(
-                            &format!("{name}#{i}.{k}"),
-                            &utterances,
+                            &format!("{}#{i}.{k}", recording.name),
+                            &recording.utterance_ends,
                             &outcome,
                         ));
                     }
@@ -359,16 +361,29 @@ fn run_round(
     })
 }
 
-/// Where each utterance of a recorded call ends, from the JSON beside it.
-fn utterance_ends(cache: &ModelCache, call: &str) -> Result<Vec<f64>> {
-    let json = cache.call(&call.replace(".wav", ".json"))?;
-    let spans: Value = serde_json::from_str(&std::fs::read_to_string(json)?)?;
-    Ok(spans["utterances"]
-        .as_array()
-        .context("no utterances")?
-        .iter()
-        .filter_map(|u| u["end_s"].as_f64())
-        .collect())
+/// A recorded call, read once for every round that replays it.
+struct Recording {
+    name: &'static str,
+    audio: sublet_audio::Audio,
+    /// Where each utterance ends, from the JSON beside the recording.
+    utterance_ends: Vec<f64>,
+}
+
+impl Recording {
+    fn load(cache: &ModelCache, name: &'static str) -> Result<Self> {
+        let json = cache.call(&name.replace(".wav", ".json"))?;
+        let spans: Value = serde_json::from_str(&std::fs::read_to_string(json)?)?;
+        Ok(Self {
+            name,
+            audio: sublet_audio::read_wav(cache.call(name)?)?,
+            utterance_ends: spans["utterances"]
+                .as_array()
+                .context("no utterances")?
+                .iter()
+                .filter_map(|u| u["end_s"].as_f64())
+                .collect(),
+        })
+    }
 }
 
 /// Each utterance's turn: the first answered turn whose caller stop is near the
