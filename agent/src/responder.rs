@@ -247,7 +247,10 @@ impl Responder {
                     first_token_s.get_or_insert_with(|| call_time(Instant::now()));
                     reply.push_str(&text);
                     for sentence in splitter.push(&text) {
-                        first_sentence_s.get_or_insert_with(|| call_time(Instant::now()));
+                        if first_sentence_s.is_none() {
+                            first_sentence_s = Some(call_time(Instant::now()));
+                            self.engine.first_sentence_out(self.call_id);
+                        }
                         let at = self.speak(turn_index, &sentence, out, &call_time)?;
                         first_audio_s = first_audio_s.or(at);
                     }

@@ -32,6 +32,9 @@ pub struct Sample {
     pub hold_releases: u64,
     pub prefill_chunks: u64,
     pub hints_seen: u64,
+    /// Voice turns whose hold ended at their first sentence, before the token window's end.
+    #[serde(default)]
+    pub first_sentence_releases: u64,
 }
 
 /// One round's records: what every figure is computed from.
@@ -62,6 +65,8 @@ pub struct KvFigures {
     pub hold_releases: u64,
     pub prefill_chunks: u64,
     pub hints_seen: u64,
+    #[serde(default)]
+    pub first_sentence_releases: u64,
 }
 
 /// One round's figures.
@@ -203,6 +208,7 @@ pub fn kv_figures(samples: &[Sample], window_s: f64) -> KvFigures {
         hold_releases: grew(|s| s.hold_releases),
         prefill_chunks: grew(|s| s.prefill_chunks),
         hints_seen: grew(|s| s.hints_seen),
+        first_sentence_releases: grew(|s| s.first_sentence_releases),
     }
 }
 
@@ -246,6 +252,7 @@ mod tests {
             hold_releases: 0,
             prefill_chunks: 0,
             hints_seen: 0,
+            first_sentence_releases: 0,
         }
     }
 

@@ -189,17 +189,17 @@ fn by_round(md: &mut String, f: &Figures) {
     let _ = writeln!(
         md,
         "| # | condition | seed | turns | v2v p95 | over SLO | agent tok/s | agent TTFT p95 | \
-         KV at budget | KV mean | KV preemptions | held request-steps | hold releases | prefill chunks | turn hints |"
+         KV at budget | KV mean | KV preemptions | held request-steps | hold releases | first-sentence releases | prefill chunks | turn hints |"
     );
     let _ = writeln!(
         md,
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     for (n, r) in f.rounds.iter().enumerate() {
         let (s, kv) = (&r.summary, &r.kv);
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} | {:.2} s | {} | {:.2} | {:.2} s | {:.0}% | {:.0}% | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {:.2} s | {} | {:.2} | {:.2} s | {:.0}% | {:.0}% | {} | {} | {} | {} | {} | {} |",
             n + 1,
             r.condition,
             r.seed.map(|s| s.to_string()).unwrap_or_else(|| "–".into()),
@@ -213,6 +213,7 @@ fn by_round(md: &mut String, f: &Figures) {
             kv.kv_preemptions,
             kv.held_request_steps,
             kv.hold_releases,
+            kv.first_sentence_releases,
             kv.prefill_chunks,
             kv.hints_seen
         );

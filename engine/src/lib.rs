@@ -202,6 +202,12 @@ impl Engine {
         Ok(())
     }
 
+    /// The reply of call `session` has its first complete sentence (on its way to speech):
+    /// make-room stops holding agents back for this turn, before its token window ends.
+    pub fn first_sentence_out(&self, session: u64) {
+        self.make_room.first_sentence_out(session);
+    }
+
     /// [`Engine::chat`] for async callers (the HTTP server).
     pub async fn chat_async(&self, request: ChatRequest) -> Result<ReplyStream> {
         let (normal, rx) = self.normal_request(request);

@@ -80,26 +80,37 @@ pub struct MakeRoomScheduler {
 pub struct MakeRoomHandle {
     state: Arc<Mutex<SchedulerState>>,
     switches: Arc<Mutex<Option<make_room::Switches>>>,
+    /// Calls whose reply has its first sentence since the last step was planned.
+    first_sentences: Arc<Mutex<Vec<u64>>>,
 }
 
 impl MakeRoomHandle {
     pub fn state(&self) -> SchedulerState {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        lock(&self.state).clone()
     }
 
     pub fn set_switches(&self, switches: make_room::Switches) {
-        *self.switches.lock().unwrap_or_else(|e| e.into_inner()) = Some(switches);
+        *lock(&self.switches) = Some(switches);
+    }
+
+    /// The call's reply has its first sentence: its hold on agents ends at the next step.
+    pub fn first_sentence_out(&self, call: u64) {
+        let mut calls = lock(&self.first_sentences);
+        if !calls.contains(&call) {
+            calls.push(call);
+        }
+    }
+
+    fn take_first_sentences(&self) -> Vec<u64> {
+        std::mem::take(&mut *lock(&self.first_sentences))
     }
 
     fn take_switches(&self) -> Option<make_room::Switches> {
-        self.switches
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
+        lock(&self.switches).take()
     }
 
     fn publish(&self, state: SchedulerState) {
-        *self.state.lock().unwrap_or_else(|e| e.into_inner()) = state;
+        *lock(&self.state) = state;
     }
 }
 
@@ -154,6 +165,9 @@ impl MakeRoomScheduler {
 
     /// Plans the next step and queues its passes.
     fn plan_step(&mut self) {
+        for call in self.handle.take_first_sentences() {
+            self.policy.first_sentence_out(call);
+        }
         let plan = self.policy.schedule(self.now_ms());
         for id in &plan.preempted {
             if let Some(i) = self.running.iter().position(|s| key(s) == *id) {
@@ -213,6 +227,10 @@ impl MakeRoomScheduler {
             waiting_by_priority: count(&|r| !r.running),
         });
     }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn key(seq: &Sequence) -> u64 {

@@ -4,7 +4,10 @@ use std::sync::Arc;
 
 use sublet_agent::{AgentConfig, Pacing, Quiet, VoiceAgent};
 use sublet_audio::{read_wav, SPEECH_RATE};
-use sublet_engine::{ChatRequest, Engine, EngineConfig, Message, Role, StreamEvent};
+use sublet_engine::make_room::{PolicyConfig, Switches};
+use sublet_engine::{
+    ChatRequest, Engine, EngineConfig, Message, Role, StreamEvent, VOICE_PRIORITY,
+};
 use sublet_models::ModelCache;
 use sublet_stt::{word_error_rate, Transcriber};
 
@@ -53,6 +56,57 @@ fn a_three_turn_call_gets_three_timed_replies() {
         "agent said {:?}, whisper heard {heard:?}",
         first.reply
     );
+}
+
+#[test]
+fn make_room_ends_a_turns_hold_at_its_first_sentence() {
+    // The agent tells the engine when a reply's first sentence is out (`Responder`), so
+    // that make-room stops holding agents back for that turn before its token window ends.
+    let cache = ModelCache::from_env();
+    let engine = Engine::load(&EngineConfig {
+        make_room: Some(PolicyConfig {
+            switches: Switches::all(),
+            window_tokens: 1_000,
+            ..PolicyConfig::default()
+        }),
+        ..EngineConfig::bundled(&cache).unwrap()
+    })
+    .unwrap();
+    let turn = |session| ChatRequest {
+        priority: VOICE_PRIORITY,
+        session: Some(session),
+        ..ChatRequest::new(vec![Message::new(Role::User, "Tell me about the sea.")], 40)
+    };
+    let releases = || engine.scheduler_state().counters.first_sentence_releases;
+    let mut stream = engine.chat(turn(7)).unwrap();
+    for _ in 0..3 {
+        assert!(matches!(
+            stream.next_blocking(),
+            Some(Ok(StreamEvent::Text(_)))
+        ));
+    }
+    // Another call's sentence is not this turn's.
+    engine.first_sentence_out(8);
+    assert!(matches!(
+        stream.next_blocking(),
+        Some(Ok(StreamEvent::Text(_)))
+    ));
+    assert_eq!(releases(), 0);
+    engine.first_sentence_out(7);
+    for _ in 0..3 {
+        assert!(matches!(
+            stream.next_blocking(),
+            Some(Ok(StreamEvent::Text(_)))
+        ));
+    }
+    assert_eq!(releases(), 1);
+    drop(stream);
+    // The call's next turn starts with its hold in place: a release after it ends does nothing.
+    let (text, _) = engine.chat(turn(7)).unwrap().collect_blocking().unwrap();
+    engine.first_sentence_out(7);
+    let _ = engine.chat(turn(9)).unwrap().collect_blocking().unwrap();
+    println!("{text:?} {:?}", engine.scheduler_state().counters);
+    assert_eq!(releases(), 1);
 }
 
 #[test]

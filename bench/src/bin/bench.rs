@@ -274,6 +274,7 @@ fn run_round(
                     hold_releases: state.counters.hold_releases,
                     prefill_chunks: state.counters.prefill_chunks,
                     hints_seen: state.counters.hints_seen,
+                    first_sentence_releases: state.counters.first_sentence_releases,
                 });
                 let taken = samples.lock().unwrap().len();
                 if taken % PROGRESS_EVERY_SAMPLES == 0 {

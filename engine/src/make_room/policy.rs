@@ -77,6 +77,21 @@ impl Scheduler {
         }
     }
 
+    /// The agent of `call` has the first sentence of its reply: the turn's hold on less
+    /// urgent work ends there, before the window's end (the rest of the reply is generated
+    /// while the first sentence is spoken).
+    pub fn first_sentence_out(&mut self, call: u64) {
+        let window = self.config.window_tokens;
+        for r in self.requests.values_mut() {
+            if r.call == Some(call) && !r.first_sentence_out {
+                if r.in_window(window) {
+                    self.counters.first_sentence_releases += 1;
+                }
+                r.first_sentence_out = true;
+            }
+        }
+    }
+
     pub fn requests(&self) -> impl Iterator<Item = &Request> {
         self.requests.values()
     }

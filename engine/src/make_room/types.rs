@@ -123,6 +123,8 @@ pub struct Request {
     /// found itself), so a retained call turn it takes over adds nothing to it.
     pub cached_exact: bool,
     pub running: bool,
+    /// The call's agent has its first sentence: this turn holds nothing back any more.
+    pub first_sentence_out: bool,
     pub(super) admission: u64,
     pub(super) held_steps: usize,
 }
@@ -146,6 +148,7 @@ impl Request {
             cached: 0,
             cached_exact: false,
             running: false,
+            first_sentence_out: false,
             admission: 0,
             held_steps: 0,
         }
@@ -165,9 +168,9 @@ impl Request {
         self.generated >= self.max_new
     }
 
-    /// Prefilling, or not yet past its first `window` tokens.
+    /// Prefilling, or not yet past its first `window` tokens nor its first sentence.
     pub(super) fn in_window(&self, window: usize) -> bool {
-        self.prefilling() || self.generated < window
+        !self.first_sentence_out && (self.prefilling() || self.generated < window)
     }
 
     /// KV its completion will hold at most.
@@ -211,6 +214,8 @@ pub struct Counters {
     /// Holds skipped because the request had waited `window_tokens` steps in a row.
     pub hold_releases: u64,
     pub hints_seen: u64,
+    /// Voice turns whose hold ended at their first sentence, before the window's end.
+    pub first_sentence_releases: u64,
     pub retained_turns: u64,
     pub retained_hits: u64,
     pub refused: u64,

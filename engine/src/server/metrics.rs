@@ -159,7 +159,7 @@ pub fn render_scheduler(state: &SchedulerState) -> String {
     .map(|(name, on)| (format!("{{switch=\"{name}\"}}"), u64::from(*on)))
     .collect();
     let c = &state.counters;
-    let families: [Family; 15] = [
+    let families: [Family; 16] = [
         (
             "sublet_make_room_switch",
             "gauge",
@@ -240,6 +240,12 @@ pub fn render_scheduler(state: &SchedulerState) -> String {
             "counter",
             "Turn hints seen.",
             plain(c.hints_seen),
+        ),
+        (
+            "sublet_first_sentence_releases_total",
+            "counter",
+            "Voice turns whose hold ended at their first sentence, before the window's end.",
+            plain(c.first_sentence_releases),
         ),
         (
             "sublet_kv_refused_total",
