@@ -67,6 +67,7 @@ fn make_room_ends_a_turns_hold_at_its_first_sentence() {
         make_room: Some(PolicyConfig {
             switches: Switches::all(),
             window_tokens: 1_000,
+            release_at_first_sentence: true,
             ..PolicyConfig::default()
         }),
         ..EngineConfig::bundled(&cache).unwrap()

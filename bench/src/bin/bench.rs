@@ -63,6 +63,13 @@ struct Args {
     /// which less urgent requests are held out of the steps.
     #[arg(long, default_value_t = 32)]
     first_tokens: usize,
+    /// How long make-room holds agents back after a turn hint, in ms (until the turn arrives).
+    #[arg(long, default_value_t = PolicyConfig::default().hint_hold_ms)]
+    hint_hold_ms: u64,
+    /// End a turn's hold when the agent has the reply's first sentence, not only after
+    /// `--first-tokens`.
+    #[arg(long)]
+    release_at_first_sentence: bool,
     /// Only write `report.md` and the plots again from the `summary.json` in `--out`
     /// (after a change to the report's layout; the figures are the ones it holds).
     #[arg(long)]
@@ -128,6 +135,8 @@ fn run(args: Args) -> Result<()> {
             idle_chunk_tokens: (args.idle_chunk > 0).then_some(args.idle_chunk),
             whole_prompt_priority: Some(VOICE_PRIORITY),
             window_tokens: args.first_tokens.max(1),
+            hint_hold_ms: args.hint_hold_ms,
+            release_at_first_sentence: args.release_at_first_sentence,
             ..PolicyConfig::default()
         }),
         ..EngineConfig::bundled(&cache)?
@@ -420,6 +429,8 @@ fn report(args: &Args, commit: Option<String>, rounds: Vec<RoundRecord>) -> Resu
             "minutes": args.minutes, "seed": args.seed, "kv_budget": args.kv_budget,
             "chunk": args.chunk, "idle_chunk": args.idle_chunk, "turn_hints": true,
             "first_tokens": args.first_tokens, "calls_fill_window": args.calls_fill_window,
+            "hint_hold_ms": args.hint_hold_ms,
+            "release_at_first_sentence": args.release_at_first_sentence,
             "trace": args.trace.as_ref().map(|p| p.display().to_string()),
         }),
         window_s,

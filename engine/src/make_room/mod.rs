@@ -12,9 +12,9 @@
 //!   order), none if two would not make the room; they resume from their cached prefix;
 //! - **budget cap**: while a more urgent request prefills or decodes its first
 //!   `window_tokens`, less urgent prefill (and, with the decode hold, decoding) waits; no
-//!   request waits more than `window_tokens` steps in a row for it; the hold ends sooner
-//!   when the call's agent says the reply's first sentence is out (it is spoken while
-//!   the rest is generated);
+//!   request waits more than `window_tokens` steps in a row for it; optionally
+//!   (`release_at_first_sentence`) the hold ends when the call's agent says the reply's
+//!   first sentence is out;
 //! - **turn hint**: a caller who just stopped speaking holds less urgent prefill for
 //!   `hint_hold_ms` so the turn that follows finds room;
 //! - **call retention**: a finished call turn's KV stays cached for the call's next turn.

@@ -77,10 +77,14 @@ impl Scheduler {
         }
     }
 
-    /// The agent of `call` has the first sentence of its reply: the turn's hold on less
-    /// urgent work ends there, before the window's end (the rest of the reply is generated
-    /// while the first sentence is spoken).
+    /// The agent of `call` has the first sentence of its reply: with
+    /// `release_at_first_sentence`, the turn's hold on less urgent work ends there, before
+    /// the window's end (the rest of the reply is generated while the first sentence is
+    /// spoken).
     pub fn first_sentence_out(&mut self, call: u64) {
+        if !self.config.release_at_first_sentence {
+            return;
+        }
         let window = self.config.window_tokens;
         for r in self.requests.values_mut() {
             if r.call == Some(call) && !r.first_sentence_out {

@@ -189,7 +189,8 @@ pub fn random_workload(seed: u64) -> Workload {
         whole_prompt_priority: rng.chance(0.3).then_some(0),
         window_tokens: rng.range(1, 48) as usize,
         max_preemptions: rng.range(1, 3) as usize,
-        hint_hold_ms: rng.range(0, 400),
+        hint_hold_ms: rng.range(0, 1500),
+        release_at_first_sentence: false,
         retain_tokens: rng.range(0, kv_budget_tokens as u64 / 2) as usize,
         retain_ms: rng.range(0, 2000),
     };
@@ -447,11 +448,17 @@ mod tests {
 
     #[test]
     fn a_turns_hold_ends_at_its_first_sentence() {
-        let mut scheduler = Scheduler::new(PolicyConfig {
+        let config = PolicyConfig {
             switches: Switches::all(),
             window_tokens: 32,
+            release_at_first_sentence: true,
             ..PolicyConfig::default()
+        };
+        let mut without = Scheduler::new(PolicyConfig {
+            release_at_first_sentence: false,
+            ..config.clone()
         });
+        let mut scheduler = Scheduler::new(config);
         let step = |scheduler: &mut Scheduler, at: u64| {
             let plan = scheduler.schedule(at);
             scheduler.finish_step(&plan, at + 1, &[]);
@@ -474,6 +481,13 @@ mod tests {
             "{plan:?}"
         );
         assert_eq!(scheduler.counters.first_sentence_releases, 1);
+        // Unless asked to, the hold lasts the window.
+        without.add(Request::new(1, 1, None, 20, 200)).unwrap();
+        step(&mut without, 0);
+        without.add(Request::new(2, 0, Some(7), 30, 48)).unwrap();
+        without.first_sentence_out(7);
+        assert_eq!(step(&mut without, 1).held, vec![1]);
+        assert_eq!(without.counters.first_sentence_releases, 0);
         // The call's next turn holds the agent again.
         scheduler.add(Request::new(3, 0, Some(7), 30, 48)).unwrap();
         assert_eq!(step(&mut scheduler, 6).held, vec![1]);

@@ -79,7 +79,14 @@ pub struct PolicyConfig {
     pub window_tokens: usize,
     /// Most requests the KV preemption takes from in one step.
     pub max_preemptions: usize,
+    /// How long a turn hint holds: on a CPU the turn arrives ~0.9 s after the hint (the
+    /// end of turn 0.1 s after it, the transcript ~0.4 s), and the hint must cover that.
     pub hint_hold_ms: u64,
+    /// End a turn's hold when its agent has the reply's first sentence
+    /// ([`super::Scheduler::first_sentence_out`]), not only at the window's end. Off by
+    /// default: on a CPU the rest of the reply then decodes beside every agent's pass, and
+    /// agents lost more to the longer small-chunk phase than the shorter hold gave them.
+    pub release_at_first_sentence: bool,
     /// Most tokens kept for finished call turns, and for how long.
     pub retain_tokens: usize,
     pub retain_ms: u64,
@@ -96,7 +103,8 @@ impl Default for PolicyConfig {
             whole_prompt_priority: None,
             window_tokens: 48,
             max_preemptions: 2,
-            hint_hold_ms: 400,
+            hint_hold_ms: 1_200,
+            release_at_first_sentence: false,
             retain_tokens: 4_096,
             retain_ms: 30_000,
         }
