@@ -72,6 +72,33 @@ pub struct MakeRoomScheduler {
     epoch: Instant,
     schedule_ns: u64,
     handle: MakeRoomHandle,
+    trace: Option<Trace>,
+}
+
+/// A line per event (a request added, a step planned, a pass handed out), with the
+/// milliseconds since the scheduler started: where a turn's time went, step by step.
+/// Written when `SUBLET_SCHEDULER_TRACE` names a file.
+struct Trace(std::io::BufWriter<std::fs::File>);
+
+impl Trace {
+    const ENV: &'static str = "SUBLET_SCHEDULER_TRACE";
+
+    fn from_env() -> Option<Self> {
+        let path = std::env::var_os(Self::ENV)?;
+        match std::fs::File::create(&path) {
+            Ok(file) => Some(Self(std::io::BufWriter::new(file))),
+            Err(e) => {
+                eprintln!("{}: cannot write {path:?}: {e}", Self::ENV);
+                None
+            }
+        }
+    }
+
+    fn line(&mut self, at_ms: u64, event: std::fmt::Arguments) {
+        use std::io::Write;
+        let _ = writeln!(self.0, "{at_ms} {event}");
+        let _ = self.0.flush();
+    }
 }
 
 /// The engine's side of the scheduler: its state after each step, and the switches to
@@ -127,6 +154,7 @@ impl MakeRoomScheduler {
             epoch: Instant::now(),
             schedule_ns: 0,
             handle: handle.clone(),
+            trace: Trace::from_env(),
         }
     }
 
@@ -146,7 +174,11 @@ impl MakeRoomScheduler {
             .map(key)
             .collect();
         let executed = std::mem::take(&mut self.executed);
-        self.policy.finish_step(&executed, self.now_ms(), &stopped);
+        let finished = self.policy.finish_step(&executed, self.now_ms(), &stopped);
+        if let (Some(trace), false) = (&mut self.trace, finished.is_empty()) {
+            let at = self.epoch.elapsed().as_millis() as u64;
+            trace.line(at, format_args!("finished {finished:?}"));
+        }
         let policy = &self.policy;
         self.running
             .retain(|seq| policy.request(key(seq)).is_some());
@@ -161,6 +193,20 @@ impl MakeRoomScheduler {
                 self.policy.set_switches(switches);
             }
         }
+    }
+
+    /// The call's turn has arrived: a hint for it that has not started would only compute
+    /// the prompt the turn computes itself (both arrive together when the engine was busy
+    /// in a long pass), so it leaves; dropping its sequence ends its stream.
+    fn drop_superseded_hints(&mut self, call: u64) {
+        if !self.policy.config().switches.turn_hint {
+            return;
+        }
+        let policy = &mut self.policy;
+        self.waiting.retain(|seq| {
+            let hint = seq.session() == Some(call) && seq.max_new_tokens() == Some(1);
+            !(hint && policy.withdraw_hint(key(seq)))
+        });
     }
 
     /// Plans the next step and queues its passes.
@@ -184,6 +230,21 @@ impl MakeRoomScheduler {
             }
         }
         self.passes = passes(&self.policy, &plan).into();
+        if let Some(trace) = &mut self.trace {
+            let at = self.epoch.elapsed().as_millis() as u64;
+            trace.line(
+                at,
+                format_args!(
+                    "plan admitted={:?} preempted={:?} prefill={:?} decode={:?} held={:?} kv={}",
+                    plan.admitted,
+                    plan.preempted,
+                    plan.prefill,
+                    plan.decode,
+                    plan.held,
+                    self.policy.kv_used()
+                ),
+            );
+        }
         self.queued_priority = plan
             .decode
             .iter()
@@ -293,6 +354,12 @@ impl Scheduler for MakeRoomScheduler {
         let mut prompt = Vec::new();
         let mut completion = Vec::new();
         let pass = self.passes.pop_front();
+        if let (Some(trace), Some(pass)) = (&mut self.trace, &pass) {
+            trace.line(
+                self.epoch.elapsed().as_millis() as u64,
+                format_args!("pass {pass:?}"),
+            );
+        }
         match &pass {
             Some(Pass::Decode(ids)) => self.executed.decode.extend(ids),
             Some(Pass::Prefill { ids, len, .. }) => self
@@ -343,6 +410,8 @@ impl Scheduler for MakeRoomScheduler {
         // A one-token request for a call is that call's turn hint (DESIGN §2).
         if max_new == 1 && seq.session().is_some() {
             self.policy.turn_hint(seq.priority(), self.now_ms());
+        } else if let Some(call) = seq.session() {
+            self.drop_superseded_hints(call);
         }
         // With priority on, a request more urgent than all the queued work is planned for
         // at once: it waits for the pass in flight, not for the rest of the step.
@@ -365,6 +434,15 @@ impl Scheduler for MakeRoomScheduler {
         );
         request.cached = cached;
         request.cached_exact = true;
+        if let Some(trace) = &mut self.trace {
+            trace.line(
+                self.epoch.elapsed().as_millis() as u64,
+                format_args!(
+                    "add id={} priority={} session={:?} prompt={prompt_len} cached={cached} max_new={max_new}",
+                    request.id, request.priority, request.call
+                ),
+            );
+        }
         match self.policy.add(request) {
             Ok(()) => {
                 seq.set_state(SequenceState::Waiting);

@@ -96,6 +96,17 @@ impl Scheduler {
         }
     }
 
+    /// Withdraws a turn hint that has not started (its turn arrived first); returns whether
+    /// it was waiting. Its hold stays.
+    pub fn withdraw_hint(&mut self, id: u64) -> bool {
+        let waiting = self.requests.get(&id).is_some_and(|r| !r.running);
+        if waiting {
+            self.requests.remove(&id);
+            self.counters.hints_superseded += 1;
+        }
+        waiting
+    }
+
     pub fn requests(&self) -> impl Iterator<Item = &Request> {
         self.requests.values()
     }

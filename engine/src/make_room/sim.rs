@@ -494,6 +494,28 @@ mod tests {
     }
 
     #[test]
+    fn a_hint_its_turn_overtook_is_withdrawn_only_while_waiting() {
+        let mut scheduler = Scheduler::new(PolicyConfig {
+            switches: Switches::all(),
+            ..PolicyConfig::default()
+        });
+        scheduler.add(Request::new(1, 0, Some(7), 40, 1)).unwrap();
+        scheduler.turn_hint(0, 0);
+        scheduler.add(Request::new(2, 0, Some(7), 50, 48)).unwrap();
+        assert!(scheduler.withdraw_hint(1));
+        assert!(scheduler.request(1).is_none() && !scheduler.withdraw_hint(1));
+        let plan = scheduler.schedule(0);
+        assert_eq!(plan.admitted, vec![2], "{plan:?}");
+        assert_eq!(scheduler.counters.hints_superseded, 1);
+        // A hint already running finishes.
+        scheduler.add(Request::new(3, 0, Some(8), 40, 1)).unwrap();
+        scheduler.finish_step(&plan, 1, &[]);
+        let plan = scheduler.schedule(1);
+        assert!(plan.admitted.contains(&3), "{plan:?}");
+        assert!(!scheduler.withdraw_hint(3));
+    }
+
+    #[test]
     fn a_hold_cannot_stall_the_engine() {
         // A voice request too big to be admitted beside a running agent must not freeze the
         // agent's prefill through holds.

@@ -222,6 +222,8 @@ pub struct Counters {
     /// Holds skipped because the request had waited `window_tokens` steps in a row.
     pub hold_releases: u64,
     pub hints_seen: u64,
+    /// Hints withdrawn before they started, because their turn had arrived.
+    pub hints_superseded: u64,
     /// Voice turns whose hold ended at their first sentence, before the window's end.
     pub first_sentence_releases: u64,
     pub retained_turns: u64,

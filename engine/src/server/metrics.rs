@@ -159,7 +159,7 @@ pub fn render_scheduler(state: &SchedulerState) -> String {
     .map(|(name, on)| (format!("{{switch=\"{name}\"}}"), u64::from(*on)))
     .collect();
     let c = &state.counters;
-    let families: [Family; 16] = [
+    let families: [Family; 17] = [
         (
             "sublet_make_room_switch",
             "gauge",
@@ -240,6 +240,12 @@ pub fn render_scheduler(state: &SchedulerState) -> String {
             "counter",
             "Turn hints seen.",
             plain(c.hints_seen),
+        ),
+        (
+            "sublet_turn_hints_superseded_total",
+            "counter",
+            "Turn hints withdrawn before they started, because their turn had arrived.",
+            plain(c.hints_superseded),
         ),
         (
             "sublet_first_sentence_releases_total",
