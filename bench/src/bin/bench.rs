@@ -250,6 +250,21 @@ fn wait_idle(engine: &Engine) -> Result<()> {
 }
 
 #[allow(clippy::too_many_arguments)]
+/// The agent for one call of a round: its system prompt opens with the call's own number,
+/// so that no call finds another's prompts in the engine's prefix cache (a replayed
+/// recording would otherwise repeat a whole earlier prompt, which mistral.rs does not
+/// reuse at all, while the first round's calls reuse their own earlier turns).
+fn call_agent(agent: &VoiceAgent, round: usize, caller: usize, repeat: usize) -> VoiceAgent {
+    let config = AgentConfig {
+        system_prompt: format!(
+            "Call {round}.{caller}.{repeat}. {}",
+            agent.config.system_prompt
+        ),
+        ..agent.config.clone()
+    };
+    VoiceAgent::with_engine(agent.cache.clone(), agent.engine.clone(), config)
+}
+
 fn run_round(
     agent: &VoiceAgent,
     engine: &Engine,
@@ -319,7 +334,7 @@ fn run_round(
                             break;
                         }
                         let recording = &recordings[(i + k) % recordings.len()];
-                        let outcome = agent
+                        let outcome = call_agent(agent, round, i, k)
                             .answer_recording(
                                 &recording.audio,
                                 Pacing::Realtime,
