@@ -62,17 +62,12 @@ fn a_three_turn_call_gets_three_timed_replies() {
 fn make_room_ends_a_turns_hold_at_its_first_sentence() {
     // The agent tells the engine when a reply's first sentence is out (`Responder`), so
     // that make-room stops holding agents back for that turn before its token window ends.
-    let cache = ModelCache::from_env();
-    let engine = Engine::load(&EngineConfig {
-        make_room: Some(PolicyConfig {
-            switches: Switches::all(),
-            window_tokens: 1_000,
-            release_at_first_sentence: true,
-            ..PolicyConfig::default()
-        }),
-        ..EngineConfig::bundled(&cache).unwrap()
-    })
-    .unwrap();
+    let engine = make_room_engine(PolicyConfig {
+        switches: Switches::all(),
+        window_tokens: 1_000,
+        release_at_first_sentence: true,
+        ..PolicyConfig::default()
+    });
     let turn = |session| ChatRequest {
         priority: VOICE_PRIORITY,
         session: Some(session),
@@ -108,6 +103,39 @@ fn make_room_ends_a_turns_hold_at_its_first_sentence() {
     let _ = engine.chat(turn(9)).unwrap().collect_blocking().unwrap();
     println!("{text:?} {:?}", engine.scheduler_state().counters);
     assert_eq!(releases(), 1);
+}
+
+/// The bundled model under make-room's scheduler, whose counters show what each step did.
+fn make_room_engine(policy: PolicyConfig) -> Engine {
+    let cache = ModelCache::from_env();
+    Engine::load(&EngineConfig {
+        make_room: Some(policy),
+        ..EngineConfig::bundled(&cache).unwrap()
+    })
+    .unwrap()
+}
+
+#[test]
+fn a_prompt_cached_whole_computes_only_its_last_token() {
+    // mistral.rs's prefix cache reused nothing of a prompt it held whole (patch 3).
+    let engine = make_room_engine(PolicyConfig::default());
+    let prefilled = || engine.scheduler_state().counters.prefill_tokens;
+    let request = ChatRequest::new(vec![Message::new(Role::User, "Name a colour.")], 4);
+    let mut computed = Vec::new();
+    for _ in 0..2 {
+        let before = prefilled();
+        let (text, finish) = engine
+            .chat(request.clone())
+            .unwrap()
+            .collect_blocking()
+            .unwrap();
+        println!("{text:?} {finish:?}");
+        computed.push(prefilled() - before);
+    }
+    assert!(
+        computed[0] > 5 && computed[1] == 1,
+        "prompt tokens computed: {computed:?}"
+    );
 }
 
 #[test]
