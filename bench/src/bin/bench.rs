@@ -36,7 +36,8 @@ struct Args {
     /// (with `--calls-fill-window`, the recordings back to back until the window closes).
     #[arg(long, default_value_t = 2)]
     calls: usize,
-    /// Pairs of rounds beside the agents (make-room off, then on, with the same seed).
+    /// Pairs of rounds beside the agents (make-room off and on with the same seed; every
+    /// second pair runs on first).
     #[arg(long, default_value_t = 2)]
     rounds: usize,
     /// How long each round's agents and callers keep starting calls, in minutes: the
@@ -185,7 +186,12 @@ fn run(args: Args) -> Result<()> {
     let plan: Vec<(&'static str, Option<u64>)> = std::iter::once((VOICE_ALONE, None))
         .chain((0..args.rounds).flat_map(|r| {
             let seed = args.seed + r as u64;
-            [(MAKE_ROOM_OFF, Some(seed)), (MAKE_ROOM_ON, Some(seed))]
+            // Pairs alternate their order, so that a machine slowing down or speeding up
+            // through the run does not favour one condition.
+            match r % 2 {
+                0 => [(MAKE_ROOM_OFF, Some(seed)), (MAKE_ROOM_ON, Some(seed))],
+                _ => [(MAKE_ROOM_ON, Some(seed)), (MAKE_ROOM_OFF, Some(seed))],
+            }
         }))
         .collect();
     for (n, (condition, seed)) in plan.iter().enumerate() {
@@ -249,11 +255,10 @@ fn wait_idle(engine: &Engine) -> Result<()> {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 /// The agent for one call of a round: its system prompt opens with the call's own number,
 /// so that no call finds another's prompts in the engine's prefix cache (a replayed
 /// recording would otherwise repeat a whole earlier prompt, which mistral.rs does not
-/// reuse at all, while the first round's calls reuse their own earlier turns).
+/// reuse at all before patch 3, while the first round's calls reuse their own earlier turns).
 fn call_agent(agent: &VoiceAgent, round: usize, caller: usize, repeat: usize) -> VoiceAgent {
     let config = AgentConfig {
         system_prompt: format!(
@@ -265,6 +270,7 @@ fn call_agent(agent: &VoiceAgent, round: usize, caller: usize, repeat: usize) ->
     VoiceAgent::with_engine(agent.cache.clone(), agent.engine.clone(), config)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run_round(
     agent: &VoiceAgent,
     engine: &Engine,
