@@ -79,8 +79,9 @@ pub struct PolicyConfig {
     pub window_tokens: usize,
     /// Most requests the KV preemption takes from in one step.
     pub max_preemptions: usize,
-    /// How long a turn hint holds: on a CPU the turn arrives ~0.9 s after the hint (the
-    /// end of turn 0.1 s after it, the transcript ~0.4 s), and the hint must cover that.
+    /// How long a turn hint holds: it must last until the turn arrives, which on a CPU is
+    /// ~0.5 s after the hint (the end of turn 0.1 s after it, then the transcript), more
+    /// when the transcript is slow.
     pub hint_hold_ms: u64,
     /// End a turn's hold when its agent has the reply's first sentence
     /// ([`super::Scheduler::first_sentence_out`]), not only at the window's end. Off by
