@@ -126,7 +126,8 @@ impl ChatRequest {
 /// The engine: one model, shared by every caller and agent in the process.
 pub struct Engine {
     runner: Arc<MistralRs>,
-    make_room: scheduler::MakeRoomHandle,
+    /// make-room's side of the engine; `None` under mistral.rs's own scheduler.
+    make_room: Option<scheduler::MakeRoomHandle>,
     runtime: tokio::runtime::Runtime,
     next_id: AtomicUsize,
     model_name: String,
@@ -153,7 +154,7 @@ impl Engine {
             .unwrap_or_else(|| "model".into());
         Ok(Self {
             runner,
-            make_room,
+            make_room: config.make_room.is_some().then_some(make_room),
             runtime,
             next_id: AtomicUsize::new(1),
             model_name,
@@ -163,12 +164,17 @@ impl Engine {
     /// make-room's scheduler after its latest step: counters, KV use, queue lengths (all
     /// zero with mistral.rs's default scheduler).
     pub fn scheduler_state(&self) -> scheduler::SchedulerState {
-        self.make_room.state()
+        self.make_room
+            .as_ref()
+            .map(|handle| handle.state())
+            .unwrap_or_default()
     }
 
     /// Changes make-room's switches; they apply once no request is in flight.
     pub fn set_make_room_switches(&self, switches: make_room::Switches) {
-        self.make_room.set_switches(switches);
+        if let Some(handle) = &self.make_room {
+            handle.set_switches(switches);
+        }
     }
 
     /// The served model's name (the GGUF file's stem).
@@ -205,7 +211,9 @@ impl Engine {
     /// The reply of call `session` has its first complete sentence (on its way to speech):
     /// make-room stops holding agents back for this turn, before its token window ends.
     pub fn first_sentence_out(&self, session: u64) {
-        self.make_room.first_sentence_out(session);
+        if let Some(handle) = &self.make_room {
+            handle.first_sentence_out(session);
+        }
     }
 
     /// [`Engine::chat`] for async callers (the HTTP server).
