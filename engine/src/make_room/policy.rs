@@ -523,3 +523,77 @@ impl Scheduler {
         true
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_turns_hold_ends_at_its_first_sentence() {
+        let config = PolicyConfig {
+            switches: Switches::all(),
+            window_tokens: 32,
+            release_at_first_sentence: true,
+            ..PolicyConfig::default()
+        };
+        let mut without = Scheduler::new(PolicyConfig {
+            release_at_first_sentence: false,
+            ..config.clone()
+        });
+        let mut scheduler = Scheduler::new(config);
+        let step = |scheduler: &mut Scheduler, at: u64| {
+            let plan = scheduler.schedule(at);
+            scheduler.finish_step(&plan, at + 1, &[]);
+            plan
+        };
+        scheduler.add(Request::new(1, 1, None, 20, 200)).unwrap();
+        step(&mut scheduler, 0);
+        scheduler.add(Request::new(2, 0, Some(7), 30, 48)).unwrap();
+        for at in 1..4 {
+            let plan = step(&mut scheduler, at);
+            assert_eq!(plan.held, vec![1], "the agent waits out the turn's window");
+        }
+        // Another call's first sentence changes nothing; this call's ends the hold.
+        scheduler.first_sentence_out(8);
+        assert_eq!(step(&mut scheduler, 4).held, vec![1]);
+        scheduler.first_sentence_out(7);
+        let plan = step(&mut scheduler, 5);
+        assert!(
+            plan.held.is_empty() && plan.decode == vec![2, 1],
+            "{plan:?}"
+        );
+        assert_eq!(scheduler.counters.first_sentence_releases, 1);
+        // Unless asked to, the hold lasts the window.
+        without.add(Request::new(1, 1, None, 20, 200)).unwrap();
+        step(&mut without, 0);
+        without.add(Request::new(2, 0, Some(7), 30, 48)).unwrap();
+        without.first_sentence_out(7);
+        assert_eq!(step(&mut without, 1).held, vec![1]);
+        assert_eq!(without.counters.first_sentence_releases, 0);
+        // The call's next turn holds the agent again.
+        scheduler.add(Request::new(3, 0, Some(7), 30, 48)).unwrap();
+        assert_eq!(step(&mut scheduler, 6).held, vec![1]);
+    }
+
+    #[test]
+    fn a_hint_its_turn_overtook_is_withdrawn_only_while_waiting() {
+        let mut scheduler = Scheduler::new(PolicyConfig {
+            switches: Switches::all(),
+            ..PolicyConfig::default()
+        });
+        scheduler.add(Request::new(1, 0, Some(7), 40, 1)).unwrap();
+        scheduler.turn_hint(0, 0);
+        scheduler.add(Request::new(2, 0, Some(7), 50, 48)).unwrap();
+        assert!(scheduler.withdraw_hint(1));
+        assert!(scheduler.request(1).is_none() && !scheduler.withdraw_hint(1));
+        let plan = scheduler.schedule(0);
+        assert_eq!(plan.admitted, vec![2], "{plan:?}");
+        assert_eq!(scheduler.counters.hints_superseded, 1);
+        // A hint already running finishes.
+        scheduler.add(Request::new(3, 0, Some(8), 40, 1)).unwrap();
+        scheduler.finish_step(&plan, 1, &[]);
+        let plan = scheduler.schedule(1);
+        assert!(plan.admitted.contains(&3), "{plan:?}");
+        assert!(!scheduler.withdraw_hint(3));
+    }
+}
