@@ -162,6 +162,14 @@ impl MakeRoomScheduler {
         self.epoch.elapsed().as_millis() as u64
     }
 
+    /// Writes a line to the scheduler trace, when one is being written.
+    fn trace(&mut self, event: std::fmt::Arguments) {
+        let at = self.now_ms();
+        if let Some(trace) = &mut self.trace {
+            trace.line(at, event);
+        }
+    }
+
     /// Tells the policy what the finished step did and which sequences stopped on their
     /// own (end of sequence, cancel), and lets go of every sequence the policy is done with:
     /// dropping a sequence closes its reply channel.
@@ -175,9 +183,8 @@ impl MakeRoomScheduler {
             .collect();
         let executed = std::mem::take(&mut self.executed);
         let finished = self.policy.finish_step(&executed, self.now_ms(), &stopped);
-        if let (Some(trace), false) = (&mut self.trace, finished.is_empty()) {
-            let at = self.epoch.elapsed().as_millis() as u64;
-            trace.line(at, format_args!("finished {finished:?}"));
+        if !finished.is_empty() {
+            self.trace(format_args!("finished {finished:?}"));
         }
         let policy = &self.policy;
         self.running
@@ -230,21 +237,11 @@ impl MakeRoomScheduler {
             }
         }
         self.passes = passes(&self.policy, &plan).into();
-        if let Some(trace) = &mut self.trace {
-            let at = self.epoch.elapsed().as_millis() as u64;
-            trace.line(
-                at,
-                format_args!(
-                    "plan admitted={:?} preempted={:?} prefill={:?} decode={:?} held={:?} kv={}",
-                    plan.admitted,
-                    plan.preempted,
-                    plan.prefill,
-                    plan.decode,
-                    plan.held,
-                    self.policy.kv_used()
-                ),
-            );
-        }
+        let kv = self.policy.kv_used();
+        self.trace(format_args!(
+            "plan admitted={:?} preempted={:?} prefill={:?} decode={:?} held={:?} kv={kv}",
+            plan.admitted, plan.preempted, plan.prefill, plan.decode, plan.held
+        ));
         self.queued_priority = plan
             .decode
             .iter()
@@ -354,11 +351,8 @@ impl Scheduler for MakeRoomScheduler {
         let mut prompt = Vec::new();
         let mut completion = Vec::new();
         let pass = self.passes.pop_front();
-        if let (Some(trace), Some(pass)) = (&mut self.trace, &pass) {
-            trace.line(
-                self.epoch.elapsed().as_millis() as u64,
-                format_args!("pass {pass:?}"),
-            );
+        if let Some(pass) = &pass {
+            self.trace(format_args!("pass {pass:?}"));
         }
         match &pass {
             Some(Pass::Decode(ids)) => self.executed.decode.extend(ids),
@@ -434,15 +428,10 @@ impl Scheduler for MakeRoomScheduler {
         );
         request.cached = cached;
         request.cached_exact = true;
-        if let Some(trace) = &mut self.trace {
-            trace.line(
-                self.epoch.elapsed().as_millis() as u64,
-                format_args!(
-                    "add id={} priority={} session={:?} prompt={prompt_len} cached={cached} max_new={max_new}",
-                    request.id, request.priority, request.call
-                ),
-            );
-        }
+        self.trace(format_args!(
+            "add id={} priority={} session={:?} prompt={prompt_len} cached={cached} max_new={max_new}",
+            request.id, request.priority, request.call
+        ));
         match self.policy.add(request) {
             Ok(()) => {
                 seq.set_state(SequenceState::Waiting);
