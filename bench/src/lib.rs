@@ -7,9 +7,11 @@
 //!   records only (pure);
 //! - [`figures`]: every figure of a report, from its rounds' records only (pure);
 //! - [`report`]: the run as `summary.json` and `report.md`; [`plots`]: its SVG plots;
-//! - [`agents`]: the replayer that drives the API as coding agents do.
+//! - [`agents`]: the replayer that drives the API as coding agents do;
+//! - [`engine_speed`]: the engine's own speed (`engine-bench`), beside llama.cpp's.
 
 pub mod agents;
+pub mod engine_speed;
 pub mod figures;
 pub mod plots;
 pub mod report;

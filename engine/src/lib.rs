@@ -1,9 +1,10 @@
 //! The LLM engine, in process: mistral.rs 0.8.1 serving the bundled SmolLM2 GGUF on CPU,
 //! behind a small Rust API that streams a reply's text and cancels it when dropped.
 //!
-//! On CPU the quantized weights are dequantized to F32 at load by default: measured on 2
-//! cores, prefill runs about 12× and decoding about 1.8× faster than the quantized path,
-//! and the 135M model answers sensibly only that way.
+//! On CPU the quantized weights are dequantized at load by default ([`Weights`]): measured
+//! on 2 cores, prefill runs about 12× and decoding about 1.8× faster than the quantized
+//! path, and the 135M model answers sensibly only that way (the quantized path rounds
+//! activations to 8 bits).
 
 pub mod scheduler;
 mod stream;
@@ -34,8 +35,9 @@ pub mod server;
 pub struct EngineConfig {
     /// The GGUF file to serve.
     pub model: PathBuf,
-    /// Dequantize the weights to F32 at load (fast on CPU, ~900 MB resident for SmolLM2).
-    pub dequantize: bool,
+    /// How the GGUF's quantized weights are held in memory. candle reads the setting once
+    /// per thread, so a process should load its engines with one kind of weights.
+    pub weights: Weights,
     /// Most sequences the scheduler runs at once.
     pub max_running: usize,
     /// Run make-room's scheduler (its switches and the KV budget in tokens) instead of
@@ -48,9 +50,49 @@ impl EngineConfig {
     pub fn bundled(cache: &ModelCache) -> Result<Self> {
         Ok(Self {
             model: cache.llm_gguf()?,
-            dequantize: true,
+            weights: Weights::default(),
             max_running: 16,
             make_room: None,
+        })
+    }
+}
+
+/// How the model's weights are held: what each decode step reads from memory, and how
+/// its matrix products round.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Weights {
+    /// As the GGUF stores them; activations are rounded to 8 bits for each product.
+    Quantized,
+    /// Dequantized to F32 at load (~900 MB resident for SmolLM2-135M).
+    #[default]
+    F32,
+    /// Dequantized to F16 at load: half the bytes per step; activations are rounded to
+    /// F16 for each product, which accumulates in F32.
+    F16,
+}
+
+impl std::str::FromStr for Weights {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "quantized" => Ok(Self::Quantized),
+            "f32" => Ok(Self::F32),
+            "f16" => Ok(Self::F16),
+            other => Err(format!(
+                "unknown weights {other:?} (expected quantized, f32 or f16)"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for Weights {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Quantized => "quantized",
+            Self::F32 => "f32",
+            Self::F16 => "f16",
         })
     }
 }
@@ -136,10 +178,14 @@ pub struct Engine {
 impl Engine {
     /// Loads the model and starts the engine's scheduler thread.
     pub fn load(config: &EngineConfig) -> Result<Self> {
-        if config.dequantize {
-            // Read by candle when each quantized matrix is loaded.
-            std::env::set_var("CANDLE_DEQUANTIZE_ALL", "1");
-        }
+        // Read by candle (once per thread) when each quantized matrix is loaded.
+        let (f32_var, f16_var) = match config.weights {
+            Weights::Quantized => ("0", "0"),
+            Weights::F32 => ("1", "0"),
+            Weights::F16 => ("0", "1"),
+        };
+        std::env::set_var("CANDLE_DEQUANTIZE_ALL", f32_var);
+        std::env::set_var("CANDLE_DEQUANTIZE_ALL_F16", f16_var);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("sublet-engine-io")
@@ -360,9 +406,10 @@ async fn build_runner(
         max_running: config.max_running.max(1),
         ..policy.clone()
     };
-    let scheduler: Arc<tokio::sync::Mutex<dyn mistralrs_core::Scheduler>> = Arc::new(
-        tokio::sync::Mutex::new(scheduler::MakeRoomScheduler::new(policy, make_room)),
-    );
+    let scheduler = scheduler::MakeRoomScheduler::new(policy, make_room)
+        .unequal_decodes_together(decodes_unequal_lengths_together(model));
+    let scheduler: Arc<tokio::sync::Mutex<dyn mistralrs_core::Scheduler>> =
+        Arc::new(tokio::sync::Mutex::new(scheduler));
     // mistral.rs's own prefix cache stays on, as stock: a request that shares a prefix
     // with a finished one (a call's next turn, an agent's next call) starts from its KV.
     Ok(
@@ -370,4 +417,21 @@ async fn build_runner(
             .build()
             .await,
     )
+}
+
+/// Whether mistral.rs's model for this GGUF decodes sequences of different lengths in one
+/// forward pass: its llama model does (patch 5 of the series), the others batch only
+/// sequences of equal length.
+fn decodes_unequal_lengths_together(model: &Path) -> bool {
+    let Ok(mut file) = std::fs::File::open(model) else {
+        return false;
+    };
+    let Ok(content) = candle_core::quantized::gguf_file::Content::read(&mut file) else {
+        return false;
+    };
+    content
+        .metadata
+        .get("general.architecture")
+        .and_then(|v| v.to_string().ok())
+        .is_some_and(|arch| matches!(arch.as_str(), "llama" | "mistral3"))
 }

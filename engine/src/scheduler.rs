@@ -42,6 +42,12 @@ pub struct SchedulerState {
     pub kv_budget_tokens: usize,
     pub running: usize,
     pub waiting: usize,
+    /// Decode passes handed to the engine, the sequences they decoded, and how many of
+    /// them held sequences of different KV lengths (one pass where stock runs one per
+    /// length).
+    pub decode_passes: u64,
+    pub decoded_sequences: u64,
+    pub unequal_decode_passes: u64,
     /// Running requests per priority, most urgent first.
     pub running_by_priority: Vec<(i32, usize)>,
     /// Of those, the ones whose prompt is not yet all computed.
@@ -73,6 +79,17 @@ pub struct MakeRoomScheduler {
     schedule_ns: u64,
     handle: MakeRoomHandle,
     trace: Option<Trace>,
+    /// The model decodes sequences of different lengths in one pass (patch 5).
+    unequal_decodes_together: bool,
+    passes_out: PassCounts,
+}
+
+/// What the passes handed out so far decoded.
+#[derive(Debug, Clone, Copy, Default)]
+struct PassCounts {
+    decode_passes: u64,
+    decoded_sequences: u64,
+    unequal_decode_passes: u64,
 }
 
 /// A line per event (a request added, a step planned, a pass handed out), with the
@@ -155,7 +172,17 @@ impl MakeRoomScheduler {
             schedule_ns: 0,
             handle: handle.clone(),
             trace: Trace::from_env(),
+            unequal_decodes_together: false,
+            passes_out: PassCounts::default(),
         }
+    }
+
+    /// Whether the model decodes sequences of different KV lengths in one forward pass
+    /// (default: no, as stock on CPU, where each length is a pass of its own). With it,
+    /// every step's decodes are one pass.
+    pub fn unequal_decodes_together(mut self, together: bool) -> Self {
+        self.unequal_decodes_together = together;
+        self
     }
 
     fn now_ms(&self) -> u64 {
@@ -236,7 +263,7 @@ impl MakeRoomScheduler {
                 self.running.push(seq);
             }
         }
-        self.passes = passes(&self.policy, &plan).into();
+        self.passes = passes(&self.policy, &plan, self.unequal_decodes_together).into();
         let kv = self.policy.kv_used();
         self.trace(format_args!(
             "plan admitted={:?} preempted={:?} prefill={:?} decode={:?} held={:?} kv={kv}",
@@ -257,6 +284,17 @@ impl MakeRoomScheduler {
             held: plan.held,
             ..Plan::default()
         };
+    }
+
+    fn count_decode_pass(&mut self, ids: &[u64]) {
+        let lengths = ids
+            .iter()
+            .filter_map(|id| self.policy.request(*id))
+            .map(|r| r.computed);
+        let unequal = lengths.clone().min() != lengths.max();
+        self.passes_out.decode_passes += 1;
+        self.passes_out.decoded_sequences += ids.len() as u64;
+        self.passes_out.unequal_decode_passes += u64::from(unequal);
     }
 
     fn publish(&self, plan: &Plan) {
@@ -280,6 +318,9 @@ impl MakeRoomScheduler {
             kv_budget_tokens: self.policy.config().kv_budget_tokens,
             running: self.policy.running_len(),
             waiting: self.policy.waiting_len(),
+            decode_passes: self.passes_out.decode_passes,
+            decoded_sequences: self.passes_out.decoded_sequences,
+            unequal_decode_passes: self.passes_out.unequal_decode_passes,
             running_by_priority: count(&|r| r.running),
             prefilling_by_priority: count(&|r| r.running && r.prefilling()),
             waiting_by_priority: count(&|r| !r.running),
@@ -297,19 +338,25 @@ fn key(seq: &Sequence) -> u64 {
 
 /// Splits a step into the passes the engine can batch: by priority, most urgent first;
 /// within a priority decodes before prompt chunks (as stock runs them), and sequences
-/// grouped by KV length (decodes) or by chunk start and length (prompts).
-fn passes(policy: &make_room::Scheduler, plan: &Plan) -> Vec<Pass> {
+/// grouped by chunk start and length (prompts) and, unless the model decodes unequal
+/// lengths together, by KV length (decodes). With `unequal_decodes_together` all the
+/// step's decodes are one pass, at its most urgent decode's place: on a CPU a pass reads
+/// every weight once, whatever it decodes.
+fn passes(policy: &make_room::Scheduler, plan: &Plan, unequal_decodes_together: bool) -> Vec<Pass> {
     let request = |id: u64| policy.request(id).expect("planned request exists");
     // (priority, first id, pass)
     let mut keyed: Vec<(i32, u64, Pass)> = Vec::new();
     for &id in &plan.decode {
         let r = request(id);
         let found = keyed.iter_mut().find(|(p, _, pass)| {
-            *p == r.priority
-                && matches!(pass, Pass::Decode(ids) if request(ids[0]).computed == r.computed)
+            matches!(pass, Pass::Decode(ids) if unequal_decodes_together
+                || (*p == r.priority && request(ids[0]).computed == r.computed))
         });
         match found {
-            Some((_, _, Pass::Decode(ids))) => ids.push(id),
+            Some((p, _, Pass::Decode(ids))) => {
+                ids.push(id);
+                *p = (*p).min(r.priority);
+            }
             _ => keyed.push((r.priority, id, Pass::Decode(vec![id]))),
         }
     }
@@ -355,7 +402,10 @@ impl Scheduler for MakeRoomScheduler {
             self.trace(format_args!("pass {pass:?}"));
         }
         match &pass {
-            Some(Pass::Decode(ids)) => self.executed.decode.extend(ids),
+            Some(Pass::Decode(ids)) => {
+                self.executed.decode.extend(ids);
+                self.count_decode_pass(ids);
+            }
             Some(Pass::Prefill { ids, len, .. }) => self
                 .executed
                 .prefill
@@ -493,7 +543,7 @@ mod tests {
             "the budget cap holds agent prefill: {plan:?}"
         );
         assert_eq!(
-            passes(&policy, &plan),
+            passes(&policy, &plan, false),
             vec![Pass::Prefill {
                 ids: vec![4],
                 start: 0,
@@ -506,7 +556,7 @@ mod tests {
         }
         let plan = policy.schedule(0);
         assert_eq!(
-            passes(&policy, &plan),
+            passes(&policy, &plan, false),
             vec![
                 Pass::Prefill {
                     ids: vec![1, 2],
@@ -523,8 +573,47 @@ mod tests {
         policy.finish_step(&plan, 1, &[]);
         let plan = policy.schedule(2);
         assert_eq!(
-            passes(&policy, &plan),
+            passes(&policy, &plan, false),
             vec![Pass::Decode(vec![1, 2]), Pass::Decode(vec![3])]
         );
+        // A model that decodes unequal lengths together gets one decode pass.
+        assert_eq!(
+            passes(&policy, &plan, true),
+            vec![Pass::Decode(vec![1, 2, 3])]
+        );
+    }
+
+    #[test]
+    fn unequal_decodes_join_the_most_urgent_decode_ahead_of_prompts() {
+        // A voice turn (priority 0) and two agents decode, at three KV lengths, while a
+        // fourth request's prompt runs: one decode pass, at the voice turn's place, then
+        // the prompt.
+        let mut policy = make_room::Scheduler::new(PolicyConfig::default());
+        for (id, priority, prompt) in [(1, 1, 40), (2, 1, 50), (3, 0, 12)] {
+            policy
+                .add(Request::new(id, priority, None, prompt, 64))
+                .unwrap();
+        }
+        let plan = policy.schedule(0);
+        policy.finish_step(&plan, 1, &[]);
+        policy.add(Request::new(4, 1, None, 30, 64)).unwrap();
+        let plan = policy.schedule(2);
+        let out = passes(&policy, &plan, true);
+        let Pass::Decode(ids) = &out[0] else {
+            panic!("decodes first: {out:?}")
+        };
+        let mut ids = ids.clone();
+        ids.sort();
+        assert_eq!(ids, vec![1, 2, 3], "{out:?}");
+        assert_eq!(
+            out[1..],
+            [Pass::Prefill {
+                ids: vec![4],
+                start: 0,
+                len: 30
+            }]
+        );
+        // Without it, each KV length is a pass of its own.
+        assert_eq!(passes(&policy, &plan, false).len(), 4);
     }
 }

@@ -136,6 +136,12 @@ pub const CALLS_DIR: &str = "calls";
 pub const PYTHON_ENV: &str = "python";
 /// The client libraries setup installs into [`PYTHON_ENV`], pinned.
 pub const PYTHON_PACKAGES: &[&str] = &["openai==3.57.0", "livekit-agents==1.8.9"];
+/// A Python virtual environment with llama.cpp (llama-cpp-python, built from its source
+/// release on this machine's CPU), the reference `engine-bench` measures the engine
+/// against. Set up by `cargo xtask engine-bench` only, on first use.
+pub const LLAMA_CPP_ENV: &str = "llama-cpp/venv";
+/// The package installed into [`LLAMA_CPP_ENV`], pinned.
+pub const LLAMA_CPP_PACKAGE: &str = "llama-cpp-python==0.3.36";
 /// A Node.js package folder with LiveKit's official client SDK (it carries LiveKit's own
 /// WebRTC), which the LiveKit tests call as the caller.
 pub const NODE_ENV: &str = "node";

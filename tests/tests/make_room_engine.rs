@@ -2,10 +2,14 @@
 //! whole KV budget, and while an agent prefill is in flight), switches off and on. Each
 //! case fails by itself if its condition did not hold when the turn was sent; these tests
 //! check what the scheduler did, from its own state, not how fast it was (the timings and
-//! their ratios are `cargo xtask probe`'s to print).
+//! their ratios are `cargo xtask probe`'s to print). Also: sequences of different lengths
+//! decoded in one pass give each the tokens it gets alone.
 
+use std::sync::Arc;
+
+use sublet_engine::make_room::PolicyConfig;
 use sublet_engine::probe::{self, ProbeOptions};
-use sublet_engine::EngineConfig;
+use sublet_engine::{ChatRequest, Engine, EngineConfig, Message, Role};
 use sublet_models::ModelCache;
 
 #[test]
@@ -52,4 +56,57 @@ fn make_room_takes_kv_and_steps_from_agents_for_a_voice_turn() {
     for turn in [&report.alone, &kv.off, &kv.on, &prefill.off, &prefill.on] {
         assert_eq!(turn.gaps_ms.len(), probe::GAPS);
     }
+}
+
+#[test]
+fn sequences_of_different_lengths_decode_in_one_pass_as_each_alone() {
+    // mistral.rs batches only equal KV lengths on CPU; patch 5 and the adapter decode
+    // every step's sequences in one pass, each attending over its own cache.
+    let cache = ModelCache::from_env();
+    let engine = Arc::new(
+        Engine::load(&EngineConfig {
+            make_room: Some(PolicyConfig::default()),
+            ..EngineConfig::bundled(&cache).unwrap()
+        })
+        .unwrap(),
+    );
+    let prompts = [
+        "What is the capital of France?",
+        "Name three colours of the rainbow, then say why the sky looks blue in the day.",
+        "Write one sentence about a cat that sleeps on a warm windowsill in the afternoon sun, \
+         and one about the dog that watches it from the garden below.",
+    ];
+    let alone: Vec<String> = prompts.iter().map(|p| reply(&engine, p)).collect();
+    let before = engine.scheduler_state();
+    assert_eq!(before.unequal_decode_passes, 0, "one at a time: {before:?}");
+
+    let together: Vec<String> = prompts
+        .iter()
+        .map(|p| {
+            let (engine, prompt) = (engine.clone(), p.to_string());
+            std::thread::spawn(move || reply(&engine, &prompt))
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|t| t.join().unwrap())
+        .collect();
+    let after = engine.scheduler_state();
+    println!("{alone:#?}\n{together:#?}\n{after:?}");
+    assert!(
+        after.unequal_decode_passes > 0,
+        "no pass decoded unequal lengths: {after:?}"
+    );
+    assert!(
+        after.decoded_sequences - before.decoded_sequences
+            > after.decode_passes - before.decode_passes
+    );
+    assert_eq!(together, alone);
+}
+
+/// A greedy reply of 24 tokens to one user message.
+fn reply(engine: &Engine, prompt: &str) -> String {
+    let request = ChatRequest::new(vec![Message::new(Role::User, prompt)], 24);
+    let (text, finish) = engine.chat(request).unwrap().collect_blocking().unwrap();
+    assert!(finish.completion_tokens > 4, "{text:?} {finish:?}");
+    text
 }

@@ -5,19 +5,43 @@
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
-use sublet_models::{ModelCache, NODE_ENV, NODE_PACKAGES, PYTHON_ENV, PYTHON_PACKAGES};
+use std::path::{Path, PathBuf};
+
+use sublet_models::{
+    ModelCache, LLAMA_CPP_ENV, LLAMA_CPP_PACKAGE, NODE_ENV, NODE_PACKAGES, PYTHON_ENV,
+    PYTHON_PACKAGES,
+};
 
 pub fn ensure_python_env(cache: &ModelCache) -> Result<()> {
     let dir = cache.path(PYTHON_ENV);
+    ensure_venv(&dir, PYTHON_PACKAGES, &["--quiet"], "test clients")
+}
+
+/// llama-cpp-python built from its source release (its build compiles llama.cpp for this
+/// CPU: several minutes on 2 cores, once); returns the environment's Python.
+pub fn ensure_llama_cpp(cache: &ModelCache) -> Result<PathBuf> {
+    let dir = cache.path(LLAMA_CPP_ENV);
+    ensure_venv(
+        &dir,
+        &[LLAMA_CPP_PACKAGE],
+        // Not quiet: pip's "still running" lines are the build's progress.
+        &["--no-binary", "llama-cpp-python", "--progress-bar", "off"],
+        "llama.cpp (built from source on first use: several minutes)",
+    )?;
+    Ok(dir.join("bin/python"))
+}
+
+/// A virtual environment at `dir` holding `packages` (pinned), installed by pip once.
+fn ensure_venv(dir: &Path, packages: &[&str], pip_args: &[&str], what: &str) -> Result<()> {
     let stamp = dir.join("sublet-packages.txt");
-    let wanted = PYTHON_PACKAGES.join("\n");
+    let wanted = packages.join("\n");
     if std::fs::read_to_string(&stamp).is_ok_and(|s| s == wanted)
         && dir.join("bin/python").is_file()
     {
-        eprintln!("setup: test clients ok ({})", PYTHON_PACKAGES.join(", "));
+        eprintln!("setup: {what} ok ({})", packages.join(", "));
         return Ok(());
     }
-    eprintln!("setup: installing test clients into {}", dir.display());
+    eprintln!("setup: installing {what} into {}", dir.display());
     if !dir.join("bin/python").is_file() {
         let status = Command::new("python3")
             .args(["-m", "venv"])
@@ -32,23 +56,23 @@ pub fn ensure_python_env(cache: &ModelCache) -> Result<()> {
         }
     }
     let status = Command::new(dir.join("bin/python"))
-        .args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-        ])
-        .args(PYTHON_PACKAGES)
+        .args(["-m", "pip", "install", "--disable-pip-version-check"])
+        .args(pip_args)
+        .args(packages)
+        .env("CMAKE_BUILD_PARALLEL_LEVEL", build_jobs())
         .status()?;
     if !status.success() {
-        bail!(
-            "pip could not install {} ({status})",
-            PYTHON_PACKAGES.join(" ")
-        );
+        bail!("pip could not install {} ({status})", packages.join(" "));
     }
     std::fs::write(stamp, wanted)?;
     Ok(())
+}
+
+/// Every core for a source build (cmake's own default is one job).
+fn build_jobs() -> String {
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .to_string()
 }
 
 pub fn ensure_node_env(cache: &ModelCache) -> Result<()> {

@@ -6,6 +6,7 @@
 //! - `test`: setup, then the whole test suite in release.
 //! - `probe`: setup, then make-room's probes on the real engine, off against on.
 //! - `bench`: setup, then the evaluation: recorded calls beside replayed agent sessions.
+//! - `engine-bench`: setup and llama.cpp, then the engine's speed beside llama.cpp's.
 //! - `patches save`: regenerate the patch series on mistral.rs from an edited copy.
 
 mod apt;
@@ -31,6 +32,9 @@ commands:
   probe [ARGS]     setup, then make-room's probes, off against on (e.g. --json target/probe.json)
   bench [ARGS]     setup, then calls beside agent sessions, make-room off against on
                    (--agents N --calls M --rounds R --minutes T --out DIR)
+  engine-bench [ARGS]
+                   setup (and llama.cpp, built once), then the engine's speed against
+                   llama.cpp on the same model and prompts (--json PATH --weights f16)
   patches save     write patches/<crate>/ back from the commits in patched/<crate>
 
 environment:
@@ -50,6 +54,7 @@ fn main() -> ExitCode {
         Some("test") => test(&args[1..]),
         Some("probe") => probe(rest),
         Some("bench") => bench(rest),
+        Some("engine-bench") => engine_bench(rest),
         Some("patches") if args.get(1).map(String::as_str) == Some("save") => patches::save(),
         Some("-h" | "--help" | "help") | None => {
             println!("{USAGE}");
@@ -171,6 +176,17 @@ fn probe(extra: &[String]) -> Result<()> {
 fn bench(extra: &[String]) -> Result<()> {
     setup()?;
     let mut command = cargo_run("sublet-bench", "bench");
+    command.args(extra);
+    run(command)
+}
+
+fn engine_bench(extra: &[String]) -> Result<()> {
+    let cache = setup()?;
+    let mut command = cargo_run("sublet-bench", "engine_bench");
+    if !extra.iter().any(|a| a == "--no-llama") {
+        let python = client_env::ensure_llama_cpp(&cache)?;
+        command.arg("--llama-python").arg(python);
+    }
     command.args(extra);
     run(command)
 }
