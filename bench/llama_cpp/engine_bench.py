@@ -30,7 +30,9 @@ Figures:
   sequences * tokens / summed time: the batched (continuous-batching) rate.
   Sequences use llama.cpp's non-unified KV cache (one stream per sequence), so
   a sequence's attention only spans its own cells.
-- rss_mb: the process's peak resident memory (getrusage ru_maxrss / 1024).
+- rss_mb: the process's peak resident memory (VmHWM in /proc/self/status; not
+  getrusage's ru_maxrss, which Linux carries over from the parent across fork and
+  exec, so a child of the Rust bench would report the bench's own peak).
 
 Each context is sized to what its phase needs (per-sequence cells rounded up to
 256), so the KV buffers - and so rss_mb - are not inflated by slack. A context
@@ -51,6 +53,17 @@ import llama_cpp as L
 def _log(level, text, _user_data):
     if level == 3:  # GGML_LOG_LEVEL_ERROR; info/warn/debug stay quiet
         sys.stderr.write(text.decode("utf-8", "replace"))
+
+
+def peak_resident_mb():
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def say(msg):
@@ -198,7 +211,7 @@ def main():
 
     eng.close()
     L.llama_model_free(eng.model)
-    out["rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    out["rss_mb"] = peak_resident_mb()
     with open(a.json, "w") as f:
         json.dump(out, f, indent=2)
     say(f"wrote {a.json}")

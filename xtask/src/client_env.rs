@@ -45,7 +45,7 @@ fn ensure_venv(dir: &Path, packages: &[&str], pip_args: &[&str], what: &str) -> 
     if !dir.join("bin/python").is_file() {
         let status = Command::new("python3")
             .args(["-m", "venv"])
-            .arg(&dir)
+            .arg(dir)
             .status()
             .context("running python3 -m venv: is Python 3 installed?")?;
         if !status.success() {

@@ -124,19 +124,7 @@ fn run(args: Args) -> Result<()> {
         options.decode_tokens,
         options.repeats,
     )?;
-    let mut multi_stock = Vec::new();
-    for prompts in &workload.multi {
-        progress(format!(
-            "decode {} sequences of different lengths",
-            prompts.len()
-        ));
-        multi_stock.push(speed::decode(
-            &engine,
-            prompts,
-            options.multi_tokens,
-            options.repeats,
-        )?);
-    }
+    let multi_stock = decode_multi(&engine, &workload, &options, "")?;
     progress("quality prompts");
     let answers = speed::answers(&engine)?;
     let (peak_mb, resident_mb) = speed::resident_mb();
@@ -144,19 +132,7 @@ fn run(args: Args) -> Result<()> {
 
     progress("loading the engine with make-room's scheduler");
     let engine = load(args.weights, Some(make_room_config()))?;
-    let mut multi_make_room = Vec::new();
-    for prompts in &workload.multi {
-        progress(format!(
-            "make-room: decode {} sequences of different lengths",
-            prompts.len()
-        ));
-        multi_make_room.push(speed::decode(
-            &engine,
-            prompts,
-            options.multi_tokens,
-            options.repeats,
-        )?);
-    }
+    let multi_make_room = decode_multi(&engine, &workload, &options, "make-room: ")?;
     progress("make-room: a voice reply alone");
     let voice_alone = speed::voice_gaps(&engine, &workload, 0, options.voice_gaps)?;
     // Without the decode hold the agents decode through the voice reply: the gap then
@@ -214,6 +190,29 @@ fn run(args: Args) -> Result<()> {
         progress(format!("wrote {}", path.display()));
     }
     Ok(())
+}
+
+/// Each of the workload's sets of sequences of different lengths, decoding together.
+fn decode_multi(
+    engine: &Arc<Engine>,
+    workload: &Workload,
+    options: &SpeedOptions,
+    label: &str,
+) -> Result<Vec<speed::DecodeFigure>> {
+    let mut figures = Vec::new();
+    for prompts in &workload.multi {
+        progress(format!(
+            "{label}decode {} sequences of different lengths",
+            prompts.len()
+        ));
+        figures.push(speed::decode(
+            engine,
+            prompts,
+            options.multi_tokens,
+            options.repeats,
+        )?);
+    }
+    Ok(figures)
 }
 
 fn reference_answers(weights: Weights) -> Result<Vec<Answer>> {
