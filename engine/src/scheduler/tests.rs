@@ -1,0 +1,102 @@
+//! The adapter's pass building, without the engine.
+
+use super::*;
+use crate::make_room::Switches;
+
+fn policy_with(requests: &[(u64, i32, usize)]) -> make_room::Scheduler {
+    let mut policy = make_room::Scheduler::new(PolicyConfig {
+        switches: Switches::all(),
+        ..PolicyConfig::default()
+    });
+    for &(id, priority, prompt) in requests {
+        policy
+            .add(Request::new(id, priority, None, prompt, 64))
+            .unwrap();
+    }
+    policy
+}
+
+#[test]
+fn a_step_splits_into_batchable_passes_most_urgent_first() {
+    // Two agents with equal prompts batch; the voice turn's prompt runs first, alone.
+    let mut policy = policy_with(&[(1, 1, 40), (2, 1, 40), (3, 1, 50), (4, 0, 12)]);
+    let plan = policy.schedule(0);
+    assert_eq!(
+        plan.prefill.len(),
+        1,
+        "the budget cap holds agent prefill: {plan:?}"
+    );
+    assert_eq!(
+        passes(&policy, &plan, false),
+        vec![Pass::Prefill {
+            ids: vec![4],
+            start: 0,
+            len: 12
+        }]
+    );
+    let mut policy = make_room::Scheduler::new(PolicyConfig::default());
+    for (id, prompt) in [(1, 40), (2, 40), (3, 50)] {
+        policy.add(Request::new(id, 1, None, prompt, 64)).unwrap();
+    }
+    let plan = policy.schedule(0);
+    assert_eq!(
+        passes(&policy, &plan, false),
+        vec![
+            Pass::Prefill {
+                ids: vec![1, 2],
+                start: 0,
+                len: 40
+            },
+            Pass::Prefill {
+                ids: vec![3],
+                start: 0,
+                len: 50
+            },
+        ]
+    );
+    policy.finish_step(&plan, 1, &[]);
+    let plan = policy.schedule(2);
+    assert_eq!(
+        passes(&policy, &plan, false),
+        vec![Pass::Decode(vec![1, 2]), Pass::Decode(vec![3])]
+    );
+    // A model that decodes unequal lengths together gets one decode pass.
+    assert_eq!(
+        passes(&policy, &plan, true),
+        vec![Pass::Decode(vec![1, 2, 3])]
+    );
+}
+
+#[test]
+fn unequal_decodes_join_the_most_urgent_decode_ahead_of_prompts() {
+    // A voice turn (priority 0) and two agents decode, at three KV lengths, while a
+    // fourth request's prompt runs: one decode pass, at the voice turn's place, then
+    // the prompt.
+    let mut policy = make_room::Scheduler::new(PolicyConfig::default());
+    for (id, priority, prompt) in [(1, 1, 40), (2, 1, 50), (3, 0, 12)] {
+        policy
+            .add(Request::new(id, priority, None, prompt, 64))
+            .unwrap();
+    }
+    let plan = policy.schedule(0);
+    policy.finish_step(&plan, 1, &[]);
+    policy.add(Request::new(4, 1, None, 30, 64)).unwrap();
+    let plan = policy.schedule(2);
+    let out = passes(&policy, &plan, true);
+    let Pass::Decode(ids) = &out[0] else {
+        panic!("decodes first: {out:?}")
+    };
+    let mut ids = ids.clone();
+    ids.sort();
+    assert_eq!(ids, vec![1, 2, 3], "{out:?}");
+    assert_eq!(
+        out[1..],
+        [Pass::Prefill {
+            ids: vec![4],
+            start: 0,
+            len: 30
+        }]
+    );
+    // Without it, each KV length is a pass of its own.
+    assert_eq!(passes(&policy, &plan, false).len(), 4);
+}
