@@ -15,6 +15,8 @@ use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use sublet_engine::{ChatRequest, Engine, Finish, Message, Role, StreamEvent, VOICE_PRIORITY};
 
+use crate::stats::percentile;
+
 /// What to measure, and how much.
 #[derive(Debug, Clone)]
 pub struct SpeedOptions {
@@ -280,7 +282,7 @@ pub fn voice_gaps(
     gaps: usize,
 ) -> Result<GapFigure> {
     static NEXT_CALL: AtomicU64 = AtomicU64::new(1);
-    wait_idle(engine)?;
+    sublet_engine::probe::wait_idle(engine)?;
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let started = Arc::new(AtomicUsize::new(0));
     let agent_threads: Vec<_> = (0..agents)
@@ -340,34 +342,10 @@ pub fn voice_gaps(
     }
     Ok(GapFigure {
         agents_decoding: agents,
-        median_ms: percentile(&gaps_ms, 0.5),
-        p95_ms: percentile(&gaps_ms, 0.95),
+        median_ms: percentile(&gaps_ms, 50.0),
+        p95_ms: percentile(&gaps_ms, 95.0),
         gaps_ms,
     })
-}
-
-/// Waits until no request is in flight (cancelled ones leave at their next token), so
-/// that new switches apply and nothing of a previous measurement runs beside the next.
-pub fn wait_idle(engine: &Engine) -> Result<()> {
-    let started = Instant::now();
-    loop {
-        let state = engine.scheduler_state();
-        if state.running == 0 && state.waiting == 0 {
-            return Ok(());
-        }
-        if started.elapsed() > Duration::from_secs(120) {
-            bail!("the engine never went idle: {state:?}");
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-/// The nearest-rank percentile.
-fn percentile(values: &[f64], q: f64) -> f64 {
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-    sorted[rank - 1]
 }
 
 /// The process's peak and current resident memory, in MB.

@@ -229,7 +229,9 @@ fn wait_for(
     }
 }
 
-fn wait_idle(engine: &Engine) -> Result<()> {
+/// Waits until no request is in flight (cancelled ones leave at their next token), so
+/// that new switches apply and nothing of one measurement runs beside the next.
+pub fn wait_idle(engine: &Engine) -> Result<()> {
     wait_for(engine, "an idle engine", |s| {
         s.running == 0 && s.waiting == 0
     })

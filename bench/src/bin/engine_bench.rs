@@ -139,7 +139,7 @@ fn run(args: Args) -> Result<()> {
     // shows what a pass of several sequences costs.
     let mut beside = Switches::all();
     beside.decode_hold = false;
-    speed::wait_idle(&engine)?;
+    sublet_engine::probe::wait_idle(&engine)?;
     engine.set_make_room_switches(beside);
     progress(format!(
         "make-room (no decode hold): a voice reply beside {} decoding agents",
@@ -147,7 +147,7 @@ fn run(args: Args) -> Result<()> {
     ));
     let voice_beside =
         speed::voice_gaps(&engine, &workload, options.voice_agents, options.voice_gaps)?;
-    speed::wait_idle(&engine)?;
+    sublet_engine::probe::wait_idle(&engine)?;
     engine.set_make_room_switches(Switches::all());
     progress(format!(
         "make-room (all switches): a voice reply beside {} decoding agents",

@@ -2,8 +2,9 @@
 //! [`make_room::Scheduler`] over the engine's real sequences.
 //!
 //! The policy plans a step; the step becomes *passes*, the forward passes the engine can
-//! batch (on the CPU path every sequence in one pass must hold the same number of KV
-//! tokens, and prompt chunks must also start at the same token). The engine asks for work
+//! batch (on the CPU path prompt chunks in one pass must start at the same token and be
+//! as long; decodes of different KV lengths share a pass only where the model takes them,
+//! as patch 5 makes the GGUF llama model do, else each length is a pass of its own). The engine asks for work
 //! once per loop, and gets one pass at a time, most urgent first. When a step's passes have
 //! all run, the policy hears what ran and which sequences stopped, and plans the next.
 //!
