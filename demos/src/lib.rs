@@ -1,13 +1,16 @@
 //! What the demos share: how the engine's scheduler is chosen on the command line, loading
-//! the voice agent on it, the progress they print as a call goes, and how they exit.
+//! the voice agent on it, serving the agents' API beside the calls, the progress they print
+//! as a call goes, and how they exit.
 
+use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::Args;
 use sublet_agent::{AgentConfig, CallObserver, TurnRecord, VoiceAgent};
 use sublet_engine::make_room::{PolicyConfig, Switches};
+use sublet_engine::server::{router, Metrics, ServerConfig};
 use sublet_engine::{Engine, EngineConfig, VOICE_PRIORITY};
 use sublet_models::ModelCache;
 use sublet_turn_detect::TurnEvent;
@@ -33,10 +36,17 @@ pub struct SchedulerArgs {
 }
 
 impl SchedulerArgs {
-    /// The bundled engine, scheduled as asked.
-    pub fn engine_config(&self, cache: &ModelCache) -> Result<EngineConfig> {
+    /// The bundled engine, scheduled as asked. An engine `shared` by calls and agents runs
+    /// make-room with every switch unless `--make-room` says otherwise: there it is what
+    /// keeps the caller's turns ahead of the agents.
+    pub fn engine_config(&self, cache: &ModelCache, shared: bool) -> Result<EngineConfig> {
+        let switches = match (&self.make_room, shared) {
+            (Some(switches), _) => Some(switches.clone()),
+            (None, true) => Some(Switches::all()),
+            (None, false) => None,
+        };
         Ok(EngineConfig {
-            make_room: self.make_room.clone().map(|switches| PolicyConfig {
+            make_room: switches.map(|switches| PolicyConfig {
                 switches,
                 kv_budget_tokens: self.kv_budget,
                 chunk_tokens: Some(self.chunk.max(1)),
@@ -50,18 +60,97 @@ impl SchedulerArgs {
 
     /// The bundled voice agent, configured as given, on an engine scheduled as asked.
     pub fn voice_agent_with(&self, config: AgentConfig) -> Result<VoiceAgent> {
-        let cache = ModelCache::from_env();
-        let engine = Arc::new(Engine::load(&self.engine_config(&cache)?)?);
-        Ok(VoiceAgent::with_engine(cache, engine, config))
+        Ok(self.voice_agent_sharing(config, false)?.0)
     }
+
+    /// The same, on an engine that may be `shared` with agents, and that engine.
+    pub fn voice_agent_sharing(
+        &self,
+        config: AgentConfig,
+        shared: bool,
+    ) -> Result<(VoiceAgent, Arc<Engine>)> {
+        let cache = ModelCache::from_env();
+        let engine = Arc::new(Engine::load(&self.engine_config(&cache, shared)?)?);
+        Ok((
+            VoiceAgent::with_engine(cache, engine.clone(), config),
+            engine,
+        ))
+    }
+}
+
+/// The agents' OpenAI-compatible API, served from the process that answers the calls, on
+/// the same engine: the product's own shape, where make-room can protect the caller.
+#[derive(Args, Debug, Clone, Default)]
+pub struct ApiArgs {
+    /// Also serve coding agents the OpenAI-compatible API at this address (for example
+    /// 127.0.0.1:8000), on the engine the calls use. make-room (every switch) and the turn
+    /// hint are then on unless `--make-room` or `--no-turn-hints` say otherwise.
+    #[arg(long, value_name = "ADDR")]
+    pub api: Option<SocketAddr>,
+    /// Require this key as `Authorization: Bearer <key>` on the API (default:
+    /// `SUBLET_API_KEY`, else none).
+    #[arg(long, env = "SUBLET_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+}
+
+impl ApiArgs {
+    /// Whether agents share the engine with the calls.
+    pub fn shared(&self) -> bool {
+        self.api.is_some()
+    }
+
+    /// Listens on `--api`, if given, and serves the API on `runtime` until the process ends.
+    pub fn spawn(
+        &self,
+        program: &'static str,
+        runtime: &tokio::runtime::Handle,
+        engine: &Arc<Engine>,
+    ) -> Result<()> {
+        let Some(addr) = self.api else {
+            return Ok(());
+        };
+        let listener = runtime.block_on(listen(addr))?;
+        eprintln!(
+            "{program}: the agents' API ({}) on http://{}/v1",
+            engine.model_name(),
+            listener.local_addr()?
+        );
+        let app = api_router(engine, self.api_key.clone());
+        runtime.spawn(async move {
+            if let Err(e) = axum::serve(listener, app).await {
+                eprintln!("{program}: the agents' API stopped: {e}");
+            }
+        });
+        Ok(())
+    }
+}
+
+/// A listener on `addr`, or an error that names it.
+pub async fn listen(addr: SocketAddr) -> Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr}"))
+}
+
+/// The agents' API over `engine`, requiring `api_key` if given.
+pub fn api_router(engine: &Arc<Engine>, api_key: Option<String>) -> axum::Router {
+    let config = ServerConfig {
+        api_key,
+        ..ServerConfig::default()
+    };
+    router(engine.clone(), config, Arc::new(Metrics::default()))
 }
 
 /// How the agent takes turns, as the demos' flags set it.
 #[derive(Args, Debug, Clone)]
 pub struct AgentArgs {
-    /// Send the engine a one-token turn hint when the caller stops speaking.
+    /// Send the engine a one-token turn hint when the caller stops speaking (on by default
+    /// when agents share the engine).
     #[arg(long)]
     pub turn_hints: bool,
+    /// No turn hints, even when agents share the engine.
+    #[arg(long, conflicts_with = "turn_hints")]
+    pub no_turn_hints: bool,
     /// Start each reply as soon as the caller stops speaking, before the end of their turn
     /// is certain; it is cancelled if they go on (live calls).
     #[arg(long)]
@@ -78,10 +167,17 @@ pub struct AgentArgs {
 }
 
 impl AgentArgs {
+    /// The agent's configuration, for an engine of its own.
     pub fn config(&self) -> AgentConfig {
+        self.config_sharing(false)
+    }
+
+    /// The agent's configuration, for an engine that may be `shared` with agents: there
+    /// the turn hint is on unless `--no-turn-hints`.
+    pub fn config_sharing(&self, shared: bool) -> AgentConfig {
         let defaults = AgentConfig::default();
         AgentConfig {
-            turn_hints: self.turn_hints,
+            turn_hints: self.turn_hints || (shared && !self.no_turn_hints),
             preemptive_generation: self.preemptive,
             endpoint: sublet_turn_detect::EndpointConfig {
                 dynamic: self.dynamic_endpointing,
@@ -173,5 +269,36 @@ mod tests {
             Cli::try_parse_from(["x"]).unwrap().scheduler.make_room,
             None
         );
+    }
+
+    #[derive(Parser)]
+    struct CallCli {
+        #[command(flatten)]
+        agent: AgentArgs,
+        #[command(flatten)]
+        scheduler: SchedulerArgs,
+        #[command(flatten)]
+        api: ApiArgs,
+    }
+
+    /// make-room's switches and the turn hint a call's process runs with.
+    fn shape(args: &[&str]) -> (Option<Switches>, bool) {
+        let cli = CallCli::try_parse_from(args).unwrap();
+        let shared = cli.api.shared();
+        let config = cli.scheduler.engine_config(&ModelCache::from_env(), shared);
+        let switches = config.unwrap().make_room.map(|p| p.switches);
+        (switches, cli.agent.config_sharing(shared).turn_hints)
+    }
+
+    #[test]
+    fn agents_sharing_the_engine_turn_make_room_and_the_turn_hint_on() {
+        assert_eq!(shape(&["x"]), (None, false));
+        assert_eq!(shape(&["x", "--turn-hints"]), (None, true));
+        let api = ["x", "--api", "127.0.0.1:8000"];
+        assert_eq!(shape(&api), (Some(Switches::all()), true));
+        let off = [&api[..], &["--make-room", "none", "--no-turn-hints"]].concat();
+        assert_eq!(shape(&off), (Some(Switches::default()), false));
+        assert!(CallCli::try_parse_from(["x", "--turn-hints", "--no-turn-hints"]).is_err());
+        assert!(CallCli::try_parse_from(["x", "--api", "not-an-address"]).is_err());
     }
 }

@@ -7,8 +7,22 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use sublet_models::ModelCache;
+use sublet_tests::livekit_server::TestServer;
 
 struct Server(Child);
+
+impl Server {
+    /// Owns `child` (killed when dropped) and echoes its stderr after `label`.
+    fn watched(label: &'static str, mut child: Child) -> Self {
+        let stderr = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                eprintln!("[{label}] {line}");
+            }
+        });
+        Self(child)
+    }
+}
 
 impl Drop for Server {
     fn drop(&mut self) {
@@ -37,11 +51,8 @@ fn healthy(port: u16) -> bool {
 
 #[test]
 fn the_official_openai_client_is_served() {
-    let python = ModelCache::from_env()
-        .python()
-        .expect("run `cargo xtask setup` for the test clients");
     let port = free_port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_serve"))
+    let child = Command::new(env!("CARGO_BIN_EXE_serve"))
         .args([
             "--addr",
             &format!("127.0.0.1:{port}"),
@@ -51,13 +62,55 @@ fn the_official_openai_client_is_served() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let _server = Server(child);
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            eprintln!("[serve] {line}");
-        }
-    });
+    let _server = Server::watched("serve", child);
+    wait_healthy(port);
+    let metrics = check_served(port);
+    assert!(
+        !metrics.contains("sublet_make_room_switch"),
+        "serve alone schedules as stock: {metrics}"
+    );
+}
+
+/// One process, as the product is deployed: the worker answering calls serves the agents'
+/// API on the same engine, with make-room's switches and the turn hint on.
+#[test]
+fn the_worker_serves_agents_on_the_calls_engine() {
+    const KEY: &str = "devkey";
+    const SECRET: &str = "a-secret-long-enough-for-hs256-signing";
+    let livekit = TestServer::start(KEY, SECRET).unwrap();
+    let port = free_port();
+    let child = Command::new(env!("CARGO_BIN_EXE_worker"))
+        .args([
+            "--agent-name",
+            "sublet",
+            "--api",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .env("LIVEKIT_URL", &livekit.url)
+        .env("LIVEKIT_API_KEY", KEY)
+        .env("LIVEKIT_API_SECRET", SECRET)
+        .env("SUBLET_API_KEY", "test-key")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _worker = Server::watched("worker", child);
+    wait_healthy(port);
+    let started = Instant::now();
+    while livekit.worker_statuses().is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the worker serving the API never registered for calls"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let metrics = check_served(port);
+    for switch in ["priority", "kv_preemption", "decode_hold", "turn_hint"] {
+        let line = format!("sublet_make_room_switch{{switch=\"{switch}\"}} 1");
+        assert!(metrics.contains(&line), "{line} in {metrics}");
+    }
+}
+
+fn wait_healthy(port: u16) {
     let started = Instant::now();
     while !healthy(port) {
         assert!(
@@ -66,7 +119,14 @@ fn the_official_openai_client_is_served() {
         );
         std::thread::sleep(Duration::from_millis(200));
     }
+}
 
+/// Runs the official client's checks against the API on `port` (key `test-key`) and
+/// returns the metrics it read at the end.
+fn check_served(port: u16) -> String {
+    let python = ModelCache::from_env()
+        .python()
+        .expect("run `cargo xtask setup` for the test clients");
     let script = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../tests/clients/openai_chat.py"
@@ -135,4 +195,5 @@ fn the_official_openai_client_is_served() {
         metrics.contains("sublet_requests_refused_total{status=\"401\"} 1"),
         "{metrics}"
     );
+    metrics.to_string()
 }

@@ -1,8 +1,10 @@
-//! Joins one LiveKit room now and answers the caller there, then leaves when they do.
+//! Joins one LiveKit room now and answers the caller there, then leaves when they do. With
+//! `--api ADDR` it also serves coding agents the OpenAI-compatible API on the call's engine,
+//! make-room and the turn hint on.
 //!
 //! ```text
-//! room --url URL --token TOKEN
-//! room --room NAME            (with LIVEKIT_URL, LIVEKIT_API_KEY and LIVEKIT_API_SECRET)
+//! room --url URL --token TOKEN [--api ADDR]
+//! room --room NAME [--api ADDR]   (with LIVEKIT_URL, LIVEKIT_API_KEY and LIVEKIT_API_SECRET)
 //! ```
 
 use std::process::ExitCode;
@@ -11,7 +13,7 @@ use anyhow::{bail, Result};
 use clap::Parser;
 use sublet_agent::livekit::LiveKitCredentials;
 use sublet_agent::turn_table;
-use sublet_demos::{AgentArgs, Progress, SchedulerArgs};
+use sublet_demos::{AgentArgs, ApiArgs, Progress, SchedulerArgs};
 
 #[derive(Parser, Debug)]
 #[command(name = "room")]
@@ -33,6 +35,8 @@ struct Args {
     agent: AgentArgs,
     #[command(flatten)]
     scheduler: SchedulerArgs,
+    #[command(flatten)]
+    api: ApiArgs,
 }
 
 fn run(args: Args) -> Result<()> {
@@ -53,8 +57,12 @@ fn run(args: Args) -> Result<()> {
             bail!("give --url and --token, or --room NAME with LiveKit's environment variables")
         }
     };
-    let agent = args.scheduler.voice_agent_with(args.agent.config())?;
+    let shared = args.api.shared();
+    let (agent, engine) = args
+        .scheduler
+        .voice_agent_sharing(args.agent.config_sharing(shared), shared)?;
     let runtime = tokio::runtime::Runtime::new()?;
+    args.api.spawn("room", runtime.handle(), &engine)?;
     eprintln!("room: joining {url}");
     let call = agent.answer_room(runtime.handle(), &url, &token, &mut Progress::default())?;
     println!("{}", turn_table(&call.turns));

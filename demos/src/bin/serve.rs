@@ -1,4 +1,5 @@
-//! Serves the bundled engine over the OpenAI-compatible API, for coding agents.
+//! Serves the bundled engine over the OpenAI-compatible API, for coding agents alone
+//! (`worker --api` and `room --api` serve it beside the calls, on the calls' engine).
 //!
 //! ```text
 //! serve [--addr 127.0.0.1:8000] [--api-key KEY] [--make-room all [--kv-budget 4096] [--chunk 16]]
@@ -10,8 +11,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use clap::Parser;
-use sublet_demos::SchedulerArgs;
-use sublet_engine::server::{router, Metrics, ServerConfig};
+use sublet_demos::{api_router, listen, SchedulerArgs};
 use sublet_engine::Engine;
 use sublet_models::ModelCache;
 
@@ -30,20 +30,14 @@ struct Args {
 
 fn run(args: Args) -> Result<()> {
     let cache = ModelCache::from_env();
-    let engine = Arc::new(Engine::load(&args.scheduler.engine_config(&cache)?)?);
-    let config = ServerConfig {
-        api_key: args.api_key,
-        ..ServerConfig::default()
-    };
-    let app = router(engine.clone(), config, Arc::new(Metrics::default()));
+    let engine = Arc::new(Engine::load(&args.scheduler.engine_config(&cache, false)?)?);
+    let app = api_router(&engine, args.api_key);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
     runtime.block_on(async {
-        let listener = tokio::net::TcpListener::bind(args.addr)
-            .await
-            .with_context(|| format!("cannot listen on {}", args.addr))?;
+        let listener = listen(args.addr).await?;
         eprintln!(
             "serve: {} on http://{}/v1",
             engine.model_name(),

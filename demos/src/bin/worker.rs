@@ -1,9 +1,11 @@
 //! Registers with a LiveKit server as an agent worker and answers the calls it is given,
 //! several at once on the one engine. SIGTERM (or Ctrl-C) drains it: it declines new jobs,
-//! lets each call finish the turn in progress, hangs up, and exits.
+//! lets each call finish the turn in progress, hangs up, and exits. With `--api ADDR` it
+//! also serves coding agents the OpenAI-compatible API on the calls' engine, make-room and
+//! the turn hint on.
 //!
 //! ```text
-//! worker [--agent-name NAME] [--max-calls N]   (with LIVEKIT_URL, LIVEKIT_API_KEY, LIVEKIT_API_SECRET)
+//! worker [--agent-name NAME] [--max-calls N] [--api ADDR]   (with LIVEKIT_URL, LIVEKIT_API_KEY, LIVEKIT_API_SECRET)
 //! ```
 
 use std::process::ExitCode;
@@ -12,7 +14,7 @@ use anyhow::Result;
 use clap::Parser;
 use sublet_agent::livekit::{LiveKitCredentials, WorkerOptions};
 use sublet_agent::{turn_table, CallObserver};
-use sublet_demos::{AgentArgs, Progress, SchedulerArgs};
+use sublet_demos::{AgentArgs, ApiArgs, Progress, SchedulerArgs};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 
@@ -32,6 +34,8 @@ struct Args {
     agent: AgentArgs,
     #[command(flatten)]
     scheduler: SchedulerArgs,
+    #[command(flatten)]
+    api: ApiArgs,
 }
 
 fn run(args: Args) -> Result<()> {
@@ -39,8 +43,12 @@ fn run(args: Args) -> Result<()> {
     if let Some(url) = args.url {
         credentials.url = url;
     }
-    let agent = args.scheduler.voice_agent_with(args.agent.config())?;
+    let shared = args.api.shared();
+    let (agent, engine) = args
+        .scheduler
+        .voice_agent_sharing(args.agent.config_sharing(shared), shared)?;
     let runtime = tokio::runtime::Runtime::new()?;
+    args.api.spawn("worker", runtime.handle(), &engine)?;
     let (drain_tx, drain) = watch::channel(false);
     runtime.spawn(async move {
         let (Ok(mut term), Ok(mut interrupt)) = (
