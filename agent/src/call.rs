@@ -100,6 +100,10 @@ impl VoiceAgent {
         let mut detector = self.new_detector()?;
         let responder = self.new_responder()?;
         let hint = self.config.turn_hints.then(|| responder.turn_hint());
+        let mut early = self.new_early_transcript()?;
+        // When the last early transcript was ready, in call time (fast pacing does not wait
+        // for it, so a turn cannot end before it).
+        let mut early_ready_s = 0.0;
         let track = Arc::new(Mutex::new(ReplyTrack::new(out_rate)));
         // A trailing silence long enough for the last turn to end.
         let tail = Audio::silence(self.config.endpoint.max_delay_s + 1.0, SPEECH_RATE);
@@ -136,6 +140,17 @@ impl VoiceAgent {
                 }
                 for event in detector.push(frame)? {
                     observer.turn_event(&event);
+                    if let (
+                        TurnEvent::SpeechStopped {
+                            at_s, decided_s, ..
+                        },
+                        Some(early),
+                    ) = (&event, early.as_mut())
+                    {
+                        let started = Instant::now();
+                        early.at_stop(&mut detector, *at_s)?;
+                        early_ready_s = decided_s + started.elapsed().as_secs_f64();
+                    }
                     // At speech-stopped, and again when an unsure stop's end of turn is
                     // decided: the hint holds less urgent prefill only for a moment.
                     let hint_now = match &event {
@@ -160,9 +175,13 @@ impl VoiceAgent {
                     else {
                         continue;
                     };
+                    let transcript = early.as_mut().and_then(|e| e.for_turn(speech_end_s));
                     let end_of_turn_s = match pacing {
                         Pacing::Realtime => started.elapsed().as_secs_f64(),
-                        Pacing::Fast => decided_s,
+                        Pacing::Fast => match transcript {
+                            Some(_) => decided_s.max(early_ready_s),
+                            None => decided_s,
+                        },
                     };
                     let turn = FinishedTurn {
                         caller_stop_s: speech_end_s,
@@ -170,6 +189,7 @@ impl VoiceAgent {
                         judged_at: Instant::now(),
                         end_of_turn_score,
                         audio,
+                        transcript,
                     };
                     match inline_responder.as_mut() {
                         None => turns_tx.send(turn)?,

@@ -8,6 +8,8 @@
 //! - [`record`]: each turn's stage times and the table of them;
 //! - [`responder`]: one finished turn answered, stage by stage;
 //! - [`call`]: a recorded call driven through detector and responder;
+//! - `early_transcript.rs`: the turn transcribed as the caller stops, for the end-of-turn
+//!   rules and the reply;
 //! - `live.rs`: a live caller, answered while their audio keeps coming;
 //! - [`barge_in`]: when the caller talking over the agent stops it (pure rules);
 //! - [`playout`]: the agent's speech queued for real-time playing, pausable and cut short;
@@ -15,6 +17,7 @@
 
 pub mod barge_in;
 pub mod call;
+mod early_transcript;
 mod live;
 pub mod livekit;
 pub mod playout;
@@ -59,6 +62,10 @@ pub struct AgentConfig {
     /// certain; keep it if the turn ends there, cancel it in the engine if they go on (live
     /// calls). Off by default: on 2 cores a cancelled reply's work competes with the rest.
     pub preemptive_generation: bool,
+    /// Transcribe the turn the moment the caller stops speaking, before its end is decided:
+    /// the words' cue joins the end-of-turn rules (`sublet_turn_detect::transcript_cue`),
+    /// and the transcript serves the turn when the caller says nothing more.
+    pub early_transcript: bool,
     /// Transcribe the caller's words while they speak, every this many seconds of speech,
     /// for a live view ([`CallObserver::partial_transcript`]); each costs a transcription.
     pub partial_transcripts_s: Option<f64>,
@@ -77,6 +84,7 @@ impl Default for AgentConfig {
             turn_hints: false,
             interruptions: InterruptionConfig::default(),
             preemptive_generation: false,
+            early_transcript: true,
             partial_transcripts_s: None,
         }
     }
@@ -107,6 +115,16 @@ impl VoiceAgent {
     /// A turn detector for a new caller.
     pub fn new_detector(&self) -> Result<TurnDetector> {
         TurnDetector::load(&self.cache, self.config.endpoint.clone())
+    }
+
+    /// A call's early transcriber, when the configuration asks for one.
+    fn new_early_transcript(&self) -> Result<Option<early_transcript::EarlyTranscript>> {
+        Ok(match self.config.early_transcript {
+            true => Some(early_transcript::EarlyTranscript::new(Transcriber::load(
+                &self.cache,
+            )?)),
+            false => None,
+        })
     }
 
     /// A replier for a new call (its own transcriber, voice and chat history).

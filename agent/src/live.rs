@@ -55,6 +55,7 @@ impl VoiceAgent {
         let mut detector = self.new_detector()?;
         let mut responder = self.new_responder()?;
         let hint = self.config.turn_hints.then(|| responder.turn_hint());
+        let mut early = self.new_early_transcript()?;
         let mut interruptions = Interruptions {
             rules: BargeIn::new(self.config.interruptions.clone()),
             checker: match self.config.interruptions.enabled
@@ -121,10 +122,17 @@ impl VoiceAgent {
                     for event in detector.push(&frame)? {
                         observer.turn_event(&event);
                         interruptions.turn_event(&event);
+                        let mut early_text = None;
+                        if let (TurnEvent::SpeechStopped { at_s, .. }, Some(early)) =
+                            (&event, early.as_mut())
+                        {
+                            early_text = early.at_stop(&mut detector, *at_s)?.map(str::to_owned);
+                        }
                         match &event {
                             TurnEvent::SpeechStopped { at_s, .. } if preemptive => {
                                 if let Some(audio) = detector.turn_audio(*at_s) {
-                                    turns_tx.send(TurnWork::Preempt { audio })?;
+                                    let transcript = early_text;
+                                    turns_tx.send(TurnWork::Preempt { audio, transcript })?;
                                     preempted = true;
                                 }
                             }
@@ -159,6 +167,7 @@ impl VoiceAgent {
                                 judged_at: Instant::now(),
                                 end_of_turn_score,
                                 audio,
+                                transcript: early.as_mut().and_then(|e| e.for_turn(speech_end_s)),
                             }))?;
                         }
                     }

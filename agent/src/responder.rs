@@ -25,6 +25,8 @@ pub struct FinishedTurn {
     pub end_of_turn_score: Option<f32>,
     /// The caller's audio for the turn, 16 kHz.
     pub audio: Vec<f32>,
+    /// The turn's transcript, when it was taken before the end of the turn.
+    pub transcript: Option<String>,
 }
 
 /// One sentence of a reply, synthesized.
@@ -117,7 +119,11 @@ struct HeldReply {
 pub enum TurnWork {
     /// The caller stopped speaking, and their turn may be over: transcribe what they said
     /// and start the reply now, held until the turn ends.
-    Preempt { audio: Vec<f32> },
+    Preempt {
+        audio: Vec<f32>,
+        /// Its transcript, when already taken.
+        transcript: Option<String>,
+    },
     /// The caller spoke again before their turn ended: the held reply is cancelled.
     Discard,
     /// The turn is over: answer it, with the held reply when there is one.
@@ -146,8 +152,8 @@ impl Responder {
     /// Does one piece of work; a record when a turn was answered.
     pub fn handle(&mut self, work: TurnWork, out: &mut dyn AudioOut) -> Result<Option<TurnRecord>> {
         match work {
-            TurnWork::Preempt { audio } => {
-                self.preempt(&audio)?;
+            TurnWork::Preempt { audio, transcript } => {
+                self.preempt(&audio, transcript)?;
                 Ok(None)
             }
             TurnWork::Discard => {
@@ -160,9 +166,12 @@ impl Responder {
     }
 
     /// Starts the reply to what the caller said so far, and holds it.
-    fn preempt(&mut self, audio: &[f32]) -> Result<()> {
+    fn preempt(&mut self, audio: &[f32], transcript: Option<String>) -> Result<()> {
         self.held = None;
-        let transcript = self.stt.transcribe(audio)?;
+        let transcript = match transcript {
+            Some(text) => text,
+            None => self.stt.transcribe(audio)?,
+        };
         if transcript.is_empty() {
             return Ok(());
         }
@@ -222,7 +231,10 @@ impl Responder {
                 (held.transcript, call_time(held.transcript_at), held.stream)
             }
             None => {
-                let transcript = self.stt.transcribe(&turn.audio)?;
+                let transcript = match &turn.transcript {
+                    Some(text) => text.clone(),
+                    None => self.stt.transcribe(&turn.audio)?,
+                };
                 let transcript_s = call_time(Instant::now());
                 if transcript.is_empty() {
                     return Ok(None);

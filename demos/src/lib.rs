@@ -155,6 +155,10 @@ pub struct AgentArgs {
     /// is certain; it is cancelled if they go on (live calls).
     #[arg(long)]
     pub preemptive: bool,
+    /// Do not transcribe the turn as the caller stops (its words then neither end nor
+    /// hold the turn, and the transcript is taken after the end of the turn).
+    #[arg(long)]
+    pub no_early_transcript: bool,
     /// Adapt the unsure end-of-turn wait to the caller's own pauses.
     #[arg(long)]
     pub dynamic_endpointing: bool,
@@ -179,6 +183,7 @@ impl AgentArgs {
         AgentConfig {
             turn_hints: self.turn_hints || (shared && !self.no_turn_hints),
             preemptive_generation: self.preemptive,
+            early_transcript: !self.no_early_transcript,
             endpoint: sublet_turn_detect::EndpointConfig {
                 dynamic: self.dynamic_endpointing,
                 ..defaults.endpoint.clone()

@@ -123,6 +123,12 @@ impl TurnDetector {
         })
     }
 
+    /// The transcript's cue for the speech that stopped at `speech_end_s` (see
+    /// [`Endpointer::set_transcript_cue`]).
+    pub fn set_transcript_cue(&mut self, speech_end_s: f64, cue: crate::TranscriptCue) {
+        self.rules.set_transcript_cue(speech_end_s, cue);
+    }
+
     /// The audio of the turn in progress up to speech that ended at `speech_end_s`, padded
     /// as the end-of-turn event's is: for work that starts before the turn is over.
     pub fn turn_audio(&self, speech_end_s: f64) -> Option<Vec<f32>> {

@@ -12,6 +12,12 @@
 //!   running average, and an unsure stop waits that average plus `dynamic_margin_s`, kept
 //!   between the minimum and the maximum delay. A caller who pauses briefly mid-turn is
 //!   answered sooner; one who pauses long is still waited for.
+//! - The transcript of the speech so far, when the caller of the rules gives its cue
+//!   ([`crate::transcript_cue`]): a question ends the turn at the minimum delay even when
+//!   the model is unsure; a trailing "and", "um" or number keeps it open the full maximum,
+//!   even when the model is sure (its score hears the voice, not the words).
+
+use crate::transcript_cue::TranscriptCue;
 
 /// Thresholds and delays, in seconds of audio.
 #[derive(Debug, Clone, PartialEq)]
@@ -80,6 +86,7 @@ enum State {
     Stopped {
         speech_end_s: f64,
         score: Option<f32>,
+        cue: Option<TranscriptCue>,
         onset_s: Option<f64>,
     },
 }
@@ -167,6 +174,7 @@ impl Endpointer {
                     self.state = State::Stopped {
                         speech_end_s: last_speech_end_s,
                         score: None,
+                        cue: None,
                         onset_s: None,
                     };
                     Some(EndpointEvent::SpeechStopped {
@@ -180,6 +188,7 @@ impl Endpointer {
             State::Stopped {
                 speech_end_s,
                 score,
+                cue,
                 onset_s,
             } => {
                 // Speech again before the turn ended: the same turn goes on.
@@ -205,6 +214,7 @@ impl Endpointer {
                 self.state = State::Stopped {
                     speech_end_s,
                     score,
+                    cue,
                     onset_s,
                 };
                 self.end_of_turn_due(end_s)
@@ -219,9 +229,30 @@ impl Endpointer {
         }
     }
 
-    /// The delay after speech end the rules wait for a given score (`None`: not scored yet).
-    pub fn delay_for(&self, score: Option<f32>) -> f64 {
+    /// The transcript's cue for the speech that stopped at `speech_end_s`; ignored when
+    /// the caller has spoken again since (the cue is about older words).
+    pub fn set_transcript_cue(&mut self, speech_end_s: f64, value: TranscriptCue) {
+        if let State::Stopped {
+            speech_end_s: end,
+            cue,
+            ..
+        } = &mut self.state
+        {
+            if (*end - speech_end_s).abs() < 1e-9 {
+                *cue = Some(value);
+            }
+        }
+    }
+
+    /// The delay after speech end the rules wait for a given score and transcript cue
+    /// (`None`: not scored, or not transcribed, yet).
+    pub fn delay_for(&self, score: Option<f32>, cue: Option<TranscriptCue>) -> f64 {
         let c = &self.config;
+        match cue {
+            Some(TranscriptCue::Question) => return c.min_delay_s,
+            Some(TranscriptCue::Trailing) => return c.max_delay_s,
+            Some(TranscriptCue::Neutral) | None => {}
+        }
         match (score, self.pause_average_s) {
             (Some(s), _) if s >= c.end_of_turn_threshold => c.min_delay_s,
             (_, Some(average)) if c.dynamic => {
@@ -248,12 +279,13 @@ impl Endpointer {
         let State::Stopped {
             speech_end_s,
             score,
+            cue,
             ..
         } = self.state
         else {
             return None;
         };
-        if now_s + 1e-9 < speech_end_s + self.delay_for(score) {
+        if now_s + 1e-9 < speech_end_s + self.delay_for(score, cue) {
             return None;
         }
         self.state = State::Silent;
@@ -291,6 +323,46 @@ mod tests {
         spec.iter()
             .flat_map(|&(p, n)| std::iter::repeat_n(p, n))
             .collect()
+    }
+
+    /// The end of turn's delay after speech end, with `cue` given at the stop.
+    fn delay_with_cue(score: f32, cue: Option<TranscriptCue>) -> f64 {
+        let mut ep = Endpointer::new(EndpointConfig::default());
+        let probs = frames(&[(0.0, 10), (0.9, 50), (0.0, 200)]);
+        for (i, &p) in probs.iter().enumerate() {
+            match ep.on_frame(i as f64 * FRAME, (i + 1) as f64 * FRAME, p) {
+                Some(EndpointEvent::SpeechStopped { at_s, .. }) => {
+                    ep.set_end_of_turn_score(score);
+                    if let Some(cue) = cue {
+                        ep.set_transcript_cue(at_s + 1.0, TranscriptCue::Neutral); // another stop's
+                        ep.set_transcript_cue(at_s, cue);
+                    }
+                }
+                Some(EndpointEvent::EndOfTurn {
+                    decided_s,
+                    speech_end_s,
+                    ..
+                }) => return decided_s - speech_end_s,
+                _ => {}
+            }
+        }
+        panic!("the turn never ended");
+    }
+
+    #[test]
+    fn a_question_ends_an_unsure_turn_at_the_minimum_delay() {
+        let question = delay_with_cue(0.1, Some(TranscriptCue::Question));
+        assert!((0.5..0.5 + FRAME).contains(&question), "{question}");
+        let unsure = delay_with_cue(0.1, Some(TranscriptCue::Neutral));
+        assert!((3.0..3.0 + FRAME).contains(&unsure), "{unsure}");
+    }
+
+    #[test]
+    fn a_trailing_and_keeps_even_a_confident_turn_open() {
+        let trailing = delay_with_cue(0.9, Some(TranscriptCue::Trailing));
+        assert!((3.0..3.0 + FRAME).contains(&trailing), "{trailing}");
+        let confident = delay_with_cue(0.9, None);
+        assert!((0.5..0.5 + FRAME).contains(&confident), "{confident}");
     }
 
     #[test]
@@ -391,12 +463,12 @@ mod tests {
             dynamic: true,
             ..EndpointConfig::default()
         });
-        assert_eq!(ep.delay_for(Some(0.1)), 3.0); // nothing learned yet
+        assert_eq!(ep.delay_for(Some(0.1), None), 3.0); // nothing learned yet
         ep.pause_average_s = Some(0.01);
-        assert!((ep.delay_for(Some(0.1)) - 0.51).abs() < 1e-9);
+        assert!((ep.delay_for(Some(0.1), None) - 0.51).abs() < 1e-9);
         ep.pause_average_s = Some(9.0);
-        assert_eq!(ep.delay_for(Some(0.1)), 3.0);
-        assert_eq!(ep.delay_for(Some(0.9)), 0.5);
+        assert_eq!(ep.delay_for(Some(0.1), None), 3.0);
+        assert_eq!(ep.delay_for(Some(0.9), None), 0.5);
     }
 
     #[test]

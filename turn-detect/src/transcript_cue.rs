@@ -1,0 +1,153 @@
+//! The transcript as a second end-of-turn signal: what the caller's last words say about
+//! whether they have finished, as plain rules over the transcriber's text.
+//!
+//! - A question (the text ends with `?`) is finished: the caller is waiting for an answer.
+//! - A trailing continuation is not: the last word joins or fills (`and`, `so`, `um`, `the`,
+//!   `to`, …), or the text ends in a comma or an ellipsis, or with a number (a number being
+//!   dictated goes on after a breath, and answering one that had finished only costs a wait).
+//! - Anything else says nothing; the end-of-turn model's score decides alone.
+//!
+//! Bracketed or parenthesised notes the transcriber adds (`[BLANK_AUDIO]`, `(laughs)`) are
+//! not words.
+
+/// What the last words say about the turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TranscriptCue {
+    /// A question: the caller has finished.
+    Question,
+    /// A word or mark that goes on: the caller has not finished.
+    Trailing,
+    /// Nothing either way.
+    Neutral,
+}
+
+/// Words after which a sentence goes on: conjunctions, fillers, articles, prepositions,
+/// possessives, and the start of a number's decimal part.
+const TRAILING_WORDS: &[&str] = &[
+    "and", "or", "but", "so", "because", "cause", "then", "if", "when", "while", "that", "which",
+    "who", "where", "um", "uh", "er", "erm", "hmm", "like", "the", "a", "an", "to", "of", "with",
+    "for", "from", "at", "in", "on", "by", "about", "into", "my", "your", "our", "their", "his",
+    "her", "its", "is", "are", "was", "were", "am", "plus", "minus", "point", "than", "as", "also",
+    "maybe", "just",
+];
+
+/// Number words: a caller dictating digits may not be done.
+const NUMBER_WORDS: &[&str] = &[
+    "zero",
+    "oh",
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+    "thirteen",
+    "fourteen",
+    "fifteen",
+    "sixteen",
+    "seventeen",
+    "eighteen",
+    "nineteen",
+    "twenty",
+    "thirty",
+    "forty",
+    "fifty",
+    "sixty",
+    "seventy",
+    "eighty",
+    "ninety",
+    "hundred",
+    "thousand",
+];
+
+/// The cue in `transcript`.
+pub fn transcript_cue(transcript: &str) -> TranscriptCue {
+    let text = without_notes(transcript);
+    let text = text.trim_end();
+    if text.ends_with('?') {
+        return TranscriptCue::Question;
+    }
+    if text.ends_with(',') || text.ends_with("...") || text.ends_with('…') || text.ends_with('-')
+    {
+        return TranscriptCue::Trailing;
+    }
+    let Some(last) = text.split_whitespace().last() else {
+        return TranscriptCue::Neutral;
+    };
+    let word: String = last
+        .trim_matches(|c: char| !c.is_alphanumeric())
+        .to_lowercase();
+    let numeric = word.chars().any(|c| c.is_ascii_digit()) || NUMBER_WORDS.contains(&&*word);
+    if numeric || TRAILING_WORDS.contains(&&*word) {
+        return TranscriptCue::Trailing;
+    }
+    TranscriptCue::Neutral
+}
+
+/// The text without `[…]` and `(…)` notes.
+fn without_notes(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut depth = 0usize;
+    for c in text.chars() {
+        match c {
+            '[' | '(' => depth += 1,
+            ']' | ')' => depth = depth.saturating_sub(1),
+            _ if depth == 0 => out.push(c),
+            _ => {}
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_question_is_finished() {
+        assert_eq!(
+            transcript_cue("What time do you open tomorrow?"),
+            TranscriptCue::Question
+        );
+        assert_eq!(
+            transcript_cue(" Is it far? [BLANK_AUDIO] "),
+            TranscriptCue::Question
+        );
+    }
+
+    #[test]
+    fn a_joining_word_a_filler_or_a_comma_goes_on() {
+        for text in [
+            "I would like to book a table and",
+            "So I was thinking, um",
+            "It's for my wife and the",
+            "I need to go to",
+            "First of all,",
+            "Well...",
+            "The card number is 4929 1234",
+            "My number is five five five, two",
+            "It costs three point",
+        ] {
+            assert_eq!(transcript_cue(text), TranscriptCue::Trailing, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn a_plain_statement_says_nothing() {
+        for text in [
+            "I would like to book a table for two people tonight.",
+            "Thanks, that's all",
+            "",
+            "[BLANK_AUDIO]",
+            "Hello there (laughs)",
+        ] {
+            assert_eq!(transcript_cue(text), TranscriptCue::Neutral, "{text:?}");
+        }
+    }
+}
