@@ -48,6 +48,10 @@ pub use responder::{
 pub struct AgentConfig {
     pub system_prompt: String,
     pub max_reply_tokens: usize,
+    /// Most sentences a reply speaks; a reply also ends at its first repeated sentence
+    /// ([`sentence::ReplyLimit`]). Its generation is then cancelled, and only what was said
+    /// goes into the history.
+    pub max_reply_sentences: usize,
     /// Past messages (both sides) sent with each turn.
     pub history_messages: usize,
     pub endpoint: EndpointConfig,
@@ -79,6 +83,7 @@ impl Default for AgentConfig {
                             plain spoken sentences. Do not use lists, markdown or emoji."
                     .into(),
             max_reply_tokens: 48,
+            max_reply_sentences: 2,
             history_messages: 6,
             endpoint: EndpointConfig::default(),
             turn_hints: false,

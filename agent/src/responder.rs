@@ -11,7 +11,7 @@ use sublet_stt::Transcriber;
 use sublet_tts::Voice;
 
 use crate::record::TurnRecord;
-use crate::sentence::SentenceSplitter;
+use crate::sentence::{ReplyLimit, SentenceSplitter};
 use crate::AgentConfig;
 
 /// A caller turn the detector judged over.
@@ -247,36 +247,51 @@ impl Responder {
         };
 
         let mut splitter = SentenceSplitter::new();
-        let mut reply = String::new();
+        let mut limit = ReplyLimit::new(self.config.max_reply_sentences);
+        // The sentences handed out to be spoken: the reply, as far as the caller goes.
+        let mut spoken: Vec<String> = Vec::new();
+        let mut ended = false;
         let (mut first_token_s, mut first_sentence_s, mut first_audio_s) = (None, None, None);
         let cut = |memory: &SharedMemory| lock(memory).cut.contains_key(&turn_index);
-        while let Some(event) = stream.next_blocking() {
+        'reply: while let Some(event) = stream.next_blocking() {
             if cut(&self.memory) {
                 break; // dropping the stream cancels the request in the engine
             }
             match event.context("engine reply")? {
                 StreamEvent::Text(text) => {
                     first_token_s.get_or_insert_with(|| call_time(Instant::now()));
-                    reply.push_str(&text);
                     for sentence in splitter.push(&text) {
+                        if !limit.admit(&sentence) {
+                            ended = true;
+                            break 'reply;
+                        }
                         if first_sentence_s.is_none() {
                             first_sentence_s = Some(call_time(Instant::now()));
                             self.engine.first_sentence_out(self.call_id);
                         }
                         let at = self.speak(turn_index, &sentence, out, &call_time)?;
                         first_audio_s = first_audio_s.or(at);
+                        spoken.push(sentence);
+                        if limit.full() {
+                            ended = true;
+                            break 'reply;
+                        }
                     }
                 }
                 StreamEvent::Done(_) => break,
             }
         }
         drop(stream);
-        if let Some(rest) = splitter.finish().filter(|_| !cut(&self.memory)) {
+        let rest = splitter
+            .finish()
+            .filter(|rest| !ended && !cut(&self.memory) && limit.admit(rest));
+        if let Some(rest) = rest {
             first_sentence_s.get_or_insert_with(|| call_time(Instant::now()));
             let at = self.speak(turn_index, &rest, out, &call_time)?;
             first_audio_s = first_audio_s.or(at);
+            spoken.push(rest);
         }
-        let reply = reply.trim().to_string();
+        let reply = spoken.join(" ").trim().to_string();
         remember_reply(&self.memory, turn_index, &reply);
         self.turns = turn_index;
         let now = call_time(Instant::now());

@@ -116,6 +116,44 @@ fn letters(s: &str) -> usize {
     s.chars().filter(|c| c.is_alphanumeric()).count()
 }
 
+/// Which of a reply's sentences are spoken: at most `max_sentences`, and none from the
+/// first one that repeats a sentence the reply already said (a small model looping, "You're
+/// welcome. … You're welcome."). Either ends the reply: its generation is cancelled.
+#[derive(Debug)]
+pub struct ReplyLimit {
+    max_sentences: usize,
+    /// The sentences said so far, lowercased letters and digits only.
+    said: Vec<String>,
+}
+
+impl ReplyLimit {
+    pub fn new(max_sentences: usize) -> Self {
+        Self {
+            max_sentences,
+            said: Vec::new(),
+        }
+    }
+
+    /// Whether to speak `sentence`; `false` ends the reply.
+    pub fn admit(&mut self, sentence: &str) -> bool {
+        let key: String = sentence
+            .chars()
+            .filter(|c| c.is_alphanumeric())
+            .flat_map(char::to_lowercase)
+            .collect();
+        if self.full() || self.said.contains(&key) {
+            return false;
+        }
+        self.said.push(key);
+        true
+    }
+
+    /// Whether the reply has said all it may.
+    pub fn full(&self) -> bool {
+        self.said.len() >= self.max_sentences
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -185,5 +223,22 @@ mod tests {
             split("He said \"yes.\" Then he left.", 4),
             vec!["He said \"yes.\"", "Then he left."]
         );
+    }
+
+    #[test]
+    fn a_reply_stops_at_its_limit_or_at_its_first_repeat() {
+        let mut limit = ReplyLimit::new(2);
+        assert!(limit.admit("You're welcome."));
+        assert!(!limit.full());
+        assert!(
+            !limit.admit("You're  welcome!"),
+            "a repeat, whatever its punctuation"
+        );
+        assert!(limit.admit("Have a nice day."));
+        assert!(limit.full());
+        assert!(!limit.admit("Goodbye."));
+        let mut one = ReplyLimit::new(1);
+        assert!(one.admit("A spider has 8 legs."));
+        assert!(!one.admit("Spiders are arachnids."));
     }
 }
