@@ -1,16 +1,18 @@
 //! One call from a recorded WAV: its audio paced into the turn detector, finished turns
 //! answered, the agent's speech laid on the call's timeline.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use sublet_audio::{Audio, SPEECH_RATE};
 use sublet_turn_detect::TurnEvent;
 
+use crate::caller::{CallClock, Caller};
+use crate::playout::Playout;
 use crate::record::TurnRecord;
-use crate::responder::{AudioOut, FinishedTurn, SpokenSentence, TurnHint};
+use crate::responder::{AudioOut, SpokenSentence};
 use crate::VoiceAgent;
 
 /// How fast the recorded call is played in.
@@ -54,17 +56,6 @@ impl AudioOut for ReplyTrack {
     }
 }
 
-struct Shared(Arc<Mutex<ReplyTrack>>);
-
-impl AudioOut for Shared {
-    fn play(&mut self, at_s: f64, sentence: &SpokenSentence) {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .play(at_s, sentence);
-    }
-}
-
 /// What a call produced.
 #[derive(Debug)]
 pub struct CallOutcome {
@@ -89,6 +80,11 @@ impl CallObserver for Quiet {}
 
 impl VoiceAgent {
     /// Answers a recorded call; the reply track is at `out_rate`.
+    ///
+    /// In real time the call is a live one ([`VoiceAgent::answer_live`]): its audio is fed
+    /// 20 ms at a time as it would be spoken, and a virtual speaker pulls the agent's voice
+    /// onto the reply track as it plays, so that preemptive replies and interruptions work
+    /// as on a LiveKit call.
     pub fn answer_recording(
         &self,
         call: &Audio,
@@ -97,132 +93,92 @@ impl VoiceAgent {
         observer: &mut dyn CallObserver,
     ) -> Result<CallOutcome> {
         let audio = call.resampled(SPEECH_RATE);
-        let mut detector = self.new_detector()?;
-        let responder = self.new_responder()?;
-        let hint = self.config.turn_hints.then(|| responder.turn_hint());
-        let mut early = self.new_early_transcript()?;
-        // When the last early transcript was ready, in call time (fast pacing does not wait
-        // for it, so a turn cannot end before it).
-        let mut early_ready_s = 0.0;
-        let track = Arc::new(Mutex::new(ReplyTrack::new(out_rate)));
         // A trailing silence long enough for the last turn to end.
         let tail = Audio::silence(self.config.endpoint.max_delay_s + 1.0, SPEECH_RATE);
         let samples: Vec<f32> = audio.samples.iter().chain(&tail.samples).copied().collect();
+        match pacing {
+            Pacing::Realtime => self.play_live(&samples, out_rate, observer),
+            Pacing::Fast => self.play_fast(&samples, out_rate, observer),
+        }
+    }
 
-        let (turns_tx, turns_rx) = mpsc::channel::<FinishedTurn>();
-        let (records_tx, records_rx) = mpsc::channel::<Result<Option<TurnRecord>>>();
+    fn play_live(
+        &self,
+        samples: &[f32],
+        out_rate: u32,
+        observer: &mut dyn CallObserver,
+    ) -> Result<CallOutcome> {
+        let playout = Playout::new(out_rate);
+        let fed = AtomicBool::new(false);
+        let (audio_tx, audio_in) = mpsc::channel::<Vec<f32>>();
+        let tick = Duration::from_secs_f64(FRAME as f64 / SPEECH_RATE as f64);
         let started = Instant::now();
-        std::thread::scope(|scope| -> Result<Vec<TurnRecord>> {
-            // Realtime: a second thread answers while the audio keeps coming.
-            let mut inline_responder = match pacing {
-                Pacing::Realtime => {
-                    let mut out = Shared(track.clone());
-                    let mut responder = responder;
-                    scope.spawn(move || {
-                        for turn in turns_rx {
-                            let _ = records_tx.send(responder.respond(turn, &mut out));
-                        }
-                    });
-                    None
-                }
-                Pacing::Fast => {
-                    drop(records_tx);
-                    Some(responder)
-                }
-            };
-            let mut records = Vec::new();
-            for (i, frame) in samples.chunks(FRAME).enumerate() {
-                if pacing == Pacing::Realtime {
-                    let due = Duration::from_secs_f64((i * FRAME) as f64 / SPEECH_RATE as f64);
-                    if let Some(wait) = due.checked_sub(started.elapsed()) {
+        std::thread::scope(|scope| {
+            let feeder = scope.spawn(|| {
+                for (i, frame) in samples.chunks(FRAME).enumerate() {
+                    if let Some(wait) = (tick * i as u32).checked_sub(started.elapsed()) {
                         std::thread::sleep(wait);
                     }
-                }
-                for event in detector.push(frame)? {
-                    observer.turn_event(&event);
-                    if let (
-                        TurnEvent::SpeechStopped {
-                            at_s, decided_s, ..
-                        },
-                        Some(early),
-                    ) = (&event, early.as_mut())
-                    {
-                        let started = Instant::now();
-                        early.at_stop(&mut detector, *at_s)?;
-                        early_ready_s = decided_s + started.elapsed().as_secs_f64();
-                    }
-                    // At speech-stopped, and again when an unsure stop's end of turn is
-                    // decided: the hint holds less urgent prefill only for a moment.
-                    let hint_now = match &event {
-                        TurnEvent::SpeechStopped { .. } => true,
-                        TurnEvent::EndOfTurn {
-                            speech_end_s,
-                            decided_s,
-                            ..
-                        } => TurnHint::again_at_end_of_turn(decided_s - speech_end_s),
-                        _ => false,
-                    };
-                    if let (true, Some(hint)) = (hint_now, &hint) {
-                        hint.send()?;
-                    }
-                    let TurnEvent::EndOfTurn {
-                        speech_end_s,
-                        decided_s,
-                        end_of_turn_score,
-                        audio,
-                        ..
-                    } = event
-                    else {
-                        continue;
-                    };
-                    let transcript = early.as_mut().and_then(|e| e.for_turn(speech_end_s));
-                    let end_of_turn_s = match pacing {
-                        Pacing::Realtime => started.elapsed().as_secs_f64(),
-                        Pacing::Fast => match transcript {
-                            Some(_) => decided_s.max(early_ready_s),
-                            None => decided_s,
-                        },
-                    };
-                    let turn = FinishedTurn {
-                        caller_stop_s: speech_end_s,
-                        end_of_turn_s,
-                        judged_at: Instant::now(),
-                        end_of_turn_score,
-                        audio,
-                        transcript,
-                    };
-                    match inline_responder.as_mut() {
-                        None => turns_tx.send(turn)?,
-                        Some(responder) => {
-                            let mut out = Shared(track.clone());
-                            if let Some(record) = responder.respond(turn, &mut out)? {
-                                observer.turn_answered(&record);
-                                records.push(record);
-                            }
-                        }
+                    if audio_tx.send(frame.to_vec()).is_err() {
+                        break;
                     }
                 }
-                while let Ok(result) = records_rx.try_recv() {
-                    if let Some(record) = result? {
-                        observer.turn_answered(&record);
-                        records.push(record);
-                    }
+                drop(audio_tx);
+                fed.store(true, Ordering::SeqCst);
+            });
+            // The speaker: the track gets, at each moment, what the playout gives then.
+            let speaker = scope.spawn(|| {
+                let mut track = Vec::new();
+                let mut piece = Vec::new();
+                while !fed.load(Ordering::SeqCst) || playout.pending() {
+                    let due = (started.elapsed().as_secs_f64() * out_rate as f64) as usize;
+                    piece.resize(due.saturating_sub(track.len()), 0.0);
+                    playout.pull(&mut piece);
+                    track.extend_from_slice(&piece);
+                    std::thread::sleep(tick);
                 }
-            }
-            drop(turns_tx);
-            for result in records_rx {
-                if let Some(record) = result? {
-                    observer.turn_answered(&record);
-                    records.push(record);
-                }
-            }
-            Ok(records)
+                track
+            });
+            let turns = self.answer_live(audio_in, &playout, observer);
+            feeder.join().expect("the feeder thread");
+            fed.store(true, Ordering::SeqCst);
+            let track = speaker.join().expect("the speaker thread");
+            Ok(CallOutcome {
+                turns: turns?,
+                reply: ReplyTrack {
+                    audio: Audio::new(track, out_rate),
+                },
+            })
         })
-        .map(|turns| CallOutcome {
+    }
+
+    /// Each turn answered before the call goes on, on the audio's clock.
+    fn play_fast(
+        &self,
+        samples: &[f32],
+        out_rate: u32,
+        observer: &mut dyn CallObserver,
+    ) -> Result<CallOutcome> {
+        let mut responder = self.new_responder()?;
+        let mut caller = Caller::new(self, &responder, CallClock::Audio)?;
+        let mut track = ReplyTrack::new(out_rate);
+        let mut turns = Vec::new();
+        let mut work = Vec::new();
+        for frame in samples.chunks(FRAME) {
+            caller.push(frame, observer, &mut |_| {}, &mut |w| {
+                work.push(w);
+                Ok(())
+            })?;
+            for w in work.drain(..) {
+                if let Some(record) = responder.handle(w, &mut track)? {
+                    observer.turn_answered(&record);
+                    turns.push(record);
+                }
+            }
+        }
+        Ok(CallOutcome {
             turns,
-            reply: Arc::try_unwrap(track)
-                .map(|m| m.into_inner().unwrap_or_else(|e| e.into_inner()))
-                .unwrap_or_else(|shared| shared.lock().unwrap().clone()),
+            reply: track,
         })
     }
 }

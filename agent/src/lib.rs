@@ -7,7 +7,9 @@
 //! - [`sentence`]: the streaming sentence splitter (pure);
 //! - [`record`]: each turn's stage times and the table of them;
 //! - [`responder`]: one finished turn answered, stage by stage;
-//! - [`call`]: a recorded call driven through detector and responder;
+//! - [`call`]: a recorded call, played in real time as a live one or fast, turn by turn;
+//! - `caller.rs`: the caller's side of every call: detector, early transcript, and the
+//!   [`dispatch`] rules (pure) that turn events into the responder's work and turn hints;
 //! - `early_transcript.rs`: the turn transcribed as the caller stops, for the end-of-turn
 //!   rules and the reply;
 //! - `live.rs`: a live caller, answered while their audio keeps coming;
@@ -17,6 +19,8 @@
 
 pub mod barge_in;
 pub mod call;
+mod caller;
+pub mod dispatch;
 mod early_transcript;
 mod live;
 pub mod livekit;
@@ -28,7 +32,7 @@ pub mod sentence;
 use std::sync::Arc;
 
 use anyhow::Result;
-use sublet_engine::{Engine, EngineConfig};
+use sublet_engine::{Engine, EngineConfig, Repetition};
 use sublet_models::ModelCache;
 use sublet_stt::Transcriber;
 use sublet_tts::Voice;
@@ -52,6 +56,13 @@ pub struct AgentConfig {
     /// ([`sentence::ReplyLimit`]). Its generation is then cancelled, and only what was said
     /// goes into the history.
     pub max_reply_sentences: usize,
+    /// Speak a long first sentence from its first clause (a comma after this many words),
+    /// so its synthesis starts before the sentence is complete. `None`: whole sentences.
+    pub first_clause_words: Option<usize>,
+    /// What keeps a reply from looping or saying the caller's words back: DRY at 0.8 by
+    /// default (a small model greedy-decoding otherwise repeats "fine, fine, fine, …" to
+    /// the token cap).
+    pub repetition: Repetition,
     /// Past messages (both sides) sent with each turn.
     pub history_messages: usize,
     pub endpoint: EndpointConfig,
@@ -84,6 +95,11 @@ impl Default for AgentConfig {
                     .into(),
             max_reply_tokens: 48,
             max_reply_sentences: 2,
+            first_clause_words: Some(4),
+            repetition: Repetition {
+                dry_multiplier: Some(0.8),
+                ..Repetition::default()
+            },
             history_messages: 6,
             endpoint: EndpointConfig::default(),
             turn_hints: false,

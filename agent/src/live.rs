@@ -13,9 +13,10 @@ use sublet_turn_detect::TurnEvent;
 
 use crate::barge_in::{BargeIn, BargeInAction, CallerSpeech};
 use crate::call::CallObserver;
+use crate::caller::{CallClock, Caller};
 use crate::playout::Playout;
 use crate::record::TurnRecord;
-use crate::responder::{FinishedTurn, ReplyCutter, TurnHint, TurnWork};
+use crate::responder::{ReplyCutter, TurnWork};
 use crate::VoiceAgent;
 
 /// Audio frames fed to the detector: 20 ms.
@@ -52,10 +53,8 @@ impl VoiceAgent {
         playout: &Playout,
         observer: &mut dyn CallObserver,
     ) -> Result<Vec<TurnRecord>> {
-        let mut detector = self.new_detector()?;
         let mut responder = self.new_responder()?;
-        let hint = self.config.turn_hints.then(|| responder.turn_hint());
-        let mut early = self.new_early_transcript()?;
+        let mut caller = Caller::new(self, &responder, CallClock::Audio)?;
         let mut interruptions = Interruptions {
             rules: BargeIn::new(self.config.interruptions.clone()),
             checker: match self.config.interruptions.enabled
@@ -71,13 +70,8 @@ impl VoiceAgent {
             recent: VecDeque::new(),
             recent_start: 0,
         };
-        // Call time starts with the caller's first audio, as the detector's clock does.
-        let mut started: Option<Instant> = None;
         let mut consumed = 0usize;
         let (turns_tx, turns_rx) = mpsc::channel::<TurnWork>();
-        let preemptive = self.config.preemptive_generation;
-        // A reply started for the turn in progress, to cancel if the caller goes on.
-        let mut preempted = false;
         // When the next partial transcript is due, while the caller speaks.
         let mut next_partial_s: Option<f64> = None;
         let (records_tx, records_rx) = mpsc::channel::<Result<Option<TurnRecord>>>();
@@ -98,81 +92,37 @@ impl VoiceAgent {
                 }
                 Ok(())
             };
+            let mut send = |work: TurnWork| -> Result<()> { Ok(turns_tx.send(work)?) };
             let mut pending = Vec::new();
             for mut piece in audio_in.iter() {
-                if started.is_none() {
-                    // Audio may have queued up while the models loaded: the call began that
-                    // long ago, on the caller's clock.
+                if let CallClock::Audio = caller.clock {
+                    // Call time starts with the caller's first audio, as the detector's
+                    // clock does. Audio may have queued up while the models loaded: the
+                    // call began that long ago, on the caller's clock.
                     while let Ok(more) = audio_in.try_recv() {
                         piece.extend(more);
                     }
                     let queued = Duration::from_secs_f64(piece.len() as f64 / SPEECH_RATE as f64);
-                    started = Some(
+                    caller.clock = CallClock::Wall(
                         Instant::now()
                             .checked_sub(queued)
                             .unwrap_or_else(Instant::now),
                     );
                 }
-                let started = started.expect("set above");
                 pending.extend_from_slice(&piece);
                 while pending.len() >= FRAME {
                     let frame: Vec<f32> = pending.drain(..FRAME).collect();
                     consumed += FRAME;
                     interruptions.remember(&frame);
-                    for event in detector.push(&frame)? {
-                        observer.turn_event(&event);
-                        interruptions.turn_event(&event);
-                        let mut early_text = None;
-                        if let (TurnEvent::SpeechStopped { at_s, .. }, Some(early)) =
-                            (&event, early.as_mut())
-                        {
-                            early_text = early.at_stop(&mut detector, *at_s)?.map(str::to_owned);
-                        }
-                        match &event {
-                            TurnEvent::SpeechStopped { at_s, .. } if preemptive => {
-                                if let Some(audio) = detector.turn_audio(*at_s) {
-                                    let transcript = early_text;
-                                    turns_tx.send(TurnWork::Preempt { audio, transcript })?;
-                                    preempted = true;
-                                }
-                            }
-                            TurnEvent::SpeechStopped { .. } => {
-                                if let Some(hint) = &hint {
-                                    hint.send()?;
-                                }
-                            }
-                            TurnEvent::SpeechStarted { .. } if preempted => {
-                                turns_tx.send(TurnWork::Discard)?;
-                                preempted = false;
-                            }
-                            _ => {}
-                        }
-                        if let TurnEvent::EndOfTurn {
-                            speech_end_s,
-                            decided_s,
-                            end_of_turn_score,
-                            audio,
-                            ..
-                        } = event
-                        {
-                            // Hinted again: an unsure stop waits longer than a hint holds.
-                            let again = TurnHint::again_at_end_of_turn(decided_s - speech_end_s);
-                            if let (Some(hint), false, true) = (&hint, preempted, again) {
-                                hint.send()?;
-                            }
-                            preempted = false;
-                            turns_tx.send(TurnWork::Answer(FinishedTurn {
-                                caller_stop_s: speech_end_s,
-                                end_of_turn_s: started.elapsed().as_secs_f64(),
-                                judged_at: Instant::now(),
-                                end_of_turn_score,
-                                audio,
-                                transcript: early.as_mut().and_then(|e| e.for_turn(speech_end_s)),
-                            }))?;
-                        }
-                    }
+                    caller.push(
+                        &frame,
+                        observer,
+                        &mut |event| interruptions.turn_event(event),
+                        &mut send,
+                    )?;
                     let now_s = consumed as f64 / SPEECH_RATE as f64;
-                    interruptions.step(now_s, detector.voiced_until_s(), playout, observer)?;
+                    let voiced_until_s = caller.detector.voiced_until_s();
+                    interruptions.step(now_s, voiced_until_s, playout, observer)?;
                     if let (Some(every_s), Some(since_s)) = (
                         self.config.partial_transcripts_s,
                         interruptions.caller_speech_s,

@@ -10,6 +10,7 @@ use sublet_engine::{ChatRequest, Engine, Message, ReplyStream, Role, StreamEvent
 use sublet_stt::Transcriber;
 use sublet_tts::Voice;
 
+use crate::dispatch::held_reply_stands;
 use crate::record::TurnRecord;
 use crate::sentence::{ReplyLimit, SentenceSplitter};
 use crate::AgentConfig;
@@ -190,6 +191,7 @@ impl Responder {
         self.engine.chat(ChatRequest {
             priority: VOICE_PRIORITY,
             session: Some(self.call_id),
+            repetition: self.config.repetition,
             ..ChatRequest::new(messages, self.config.max_reply_tokens)
         })
     }
@@ -221,6 +223,13 @@ impl Responder {
         // Work done before the turn ended counts as done at its end.
         let call_time =
             |at: Instant| turn.end_of_turn_s + at.duration_since(turn.judged_at).as_secs_f64();
+        // A reply started at the stop answers the turn only if its words are the turn's.
+        if let Some(held) = &self.held {
+            if !held_reply_stands(&held.transcript, turn.transcript.as_deref()) {
+                self.held = None;
+                self.discarded += 1;
+            }
+        }
         let preemptive = self.held.is_some();
         let preemptive_discarded = std::mem::take(&mut self.discarded);
         let turn_index = self.turns + 1;
@@ -246,7 +255,10 @@ impl Responder {
             }
         };
 
-        let mut splitter = SentenceSplitter::new();
+        let mut splitter = match self.config.first_clause_words {
+            Some(words) => SentenceSplitter::new().first_clause_words(words),
+            None => SentenceSplitter::new(),
+        };
         let mut limit = ReplyLimit::new(self.config.max_reply_sentences);
         // The sentences handed out to be spoken: the reply, as far as the caller goes.
         let mut spoken: Vec<String> = Vec::new();
@@ -350,17 +362,7 @@ pub struct TurnHint {
     memory: SharedMemory,
 }
 
-/// A turn whose end is decided this long after the caller stopped gets a second hint: the
-/// engine holds for less than that after the first, and a second hint sent sooner only
-/// competes with the first (measured: sure turns' first token 0.3 s → 0.9 s).
-pub const HINT_AGAIN_AFTER_S: f64 = 1.0;
-
 impl TurnHint {
-    /// Whether a turn decided `waited_s` after the caller stopped needs a fresh hint.
-    pub fn again_at_end_of_turn(waited_s: f64) -> bool {
-        waited_s >= HINT_AGAIN_AFTER_S
-    }
-
     /// The system prompt and the call's latest messages.
     fn conversation(&self) -> Vec<Message> {
         let memory = lock(&self.memory);
@@ -387,12 +389,6 @@ fn speakable(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_an_unsure_stop_is_hinted_again() {
-        assert!(!TurnHint::again_at_end_of_turn(0.5));
-        assert!(TurnHint::again_at_end_of_turn(3.0));
-    }
 
     fn replies(memory: &SharedMemory) -> Vec<String> {
         lock(memory)

@@ -5,6 +5,10 @@
 //! whitespace, or at a line break. Not an end: a decimal point ("3.5"), a known abbreviation
 //! ("Dr.", "e.g."), a single initial ("J."), a list number ("1."), or a fragment too short
 //! to say on its own (it is joined to the next sentence instead).
+//!
+//! With [`SentenceSplitter::first_clause_words`], the reply's first piece may also end at a
+//! clause mark (`,` `;` `:`) after that many words: a long first sentence then starts being
+//! spoken at its first clause instead of its end.
 
 /// Shortest sentence (in letters and digits) released on its own.
 const MIN_CHARS: usize = 4;
@@ -14,14 +18,29 @@ const ABBREVIATIONS: &[&str] = &[
     "fig", "inc", "ltd", "co", "mt", "ave", "u.s", "a.m", "p.m",
 ];
 
+/// Marks that end a clause, for the first piece of a reply.
+const CLAUSE_MARKS: &[char] = &[',', ';', ':'];
+
 #[derive(Debug, Default)]
 pub struct SentenceSplitter {
     buffer: String,
+    /// Release the first piece at a clause mark after this many words (`None`: sentences only).
+    first_clause_words: Option<usize>,
+    /// Something was released already.
+    released: bool,
 }
 
 impl SentenceSplitter {
+    /// Sentences only.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Also releases the reply's first clause, at a clause mark after at least `words`
+    /// words, when it comes before the first sentence's end.
+    pub fn first_clause_words(mut self, words: usize) -> Self {
+        self.first_clause_words = Some(words);
+        self
     }
 
     /// Adds streamed text; returns the sentences it completed, in order.
@@ -39,7 +58,32 @@ impl SentenceSplitter {
                 start_search = cut;
             }
         }
+        if let (false, true, Some(words)) = (self.released, out.is_empty(), self.first_clause_words)
+        {
+            if let Some(cut) = self.first_clause(words) {
+                out.push(self.buffer[..cut].trim().to_string());
+                self.buffer.drain(..cut);
+            }
+        }
+        self.released |= !out.is_empty();
         out
+    }
+
+    /// Byte index just past a clause mark followed by whitespace with at least `words`
+    /// words before it.
+    fn first_clause(&self, words: usize) -> Option<usize> {
+        let text = &self.buffer;
+        let mut chars = text.char_indices().peekable();
+        while let Some((i, c)) = chars.next() {
+            let followed_by_space = chars.peek().is_some_and(|&(_, n)| n.is_whitespace());
+            if CLAUSE_MARKS.contains(&c)
+                && followed_by_space
+                && text[..i].split_whitespace().count() >= words
+            {
+                return Some(i + c.len_utf8());
+            }
+        }
+        None
     }
 
     /// The text left when the reply ends, if any is worth saying.
@@ -134,8 +178,12 @@ impl ReplyLimit {
         }
     }
 
-    /// Whether to speak `sentence`; `false` ends the reply.
+    /// Whether to speak `sentence` (or a first clause); `false` ends the reply. A clause
+    /// does not count as one of the reply's sentences.
     pub fn admit(&mut self, sentence: &str) -> bool {
+        if sentence.trim_end().ends_with(CLAUSE_MARKS) {
+            return !self.full();
+        }
         let key: String = sentence
             .chars()
             .filter(|c| c.is_alphanumeric())
@@ -223,6 +271,42 @@ mod tests {
             split("He said \"yes.\" Then he left.", 4),
             vec!["He said \"yes.\"", "Then he left."]
         );
+    }
+
+    #[test]
+    fn a_long_first_sentence_starts_at_its_first_clause() {
+        let stream = |text: &str| {
+            let mut s = SentenceSplitter::new().first_clause_words(4);
+            let mut out = Vec::new();
+            for c in text.chars() {
+                out.extend(s.push(&c.to_string()));
+            }
+            out.extend(s.finish());
+            out
+        };
+        assert_eq!(
+            stream("I'm sorry for any inconvenience, but I cannot order food, sadly. Ask me."),
+            vec![
+                "I'm sorry for any inconvenience,",
+                "but I cannot order food, sadly.",
+                "Ask me."
+            ]
+        );
+        // Too few words before the comma, or a sentence first: sentences only.
+        assert_eq!(
+            stream("Sure, I can help. Yes, it is."),
+            vec!["Sure, I can help.", "Yes, it is."]
+        );
+        // "3,000" is no clause.
+        assert_eq!(
+            stream("The tower is about 3,000 feet tall."),
+            vec!["The tower is about 3,000 feet tall."]
+        );
+        // A clause does not count against the reply's sentences.
+        let mut limit = ReplyLimit::new(1);
+        assert!(limit.admit("I'm sorry for any inconvenience,"));
+        assert!(limit.admit("but I cannot order food."));
+        assert!(!limit.admit("Ask me."));
     }
 
     #[test]

@@ -8,12 +8,16 @@
 //! - [`figures`]: every figure of a report, from its rounds' records only (pure);
 //! - [`report`]: the run as `summary.json` and `report.md`; [`plots`]: its SVG plots;
 //! - [`agents`]: the replayer that drives the API as coding agents do;
-//! - [`engine_speed`]: the engine's own speed (`engine-bench`), beside llama.cpp's.
+//! - [`engine_speed`]: the engine's own speed (`engine-bench`), beside llama.cpp's;
+//! - [`test_callers`]: the latency benchmark's scripted calls in several voices, with
+//!   mid-sentence pauses; [`latency`]: its figures (pure).
 
 pub mod agents;
 pub mod engine_speed;
 pub mod figures;
+pub mod latency;
 pub mod plots;
 pub mod report;
 pub mod stats;
+pub mod test_callers;
 pub mod trace;

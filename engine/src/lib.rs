@@ -18,9 +18,9 @@ use candle_core::Device;
 use either::Either;
 use indexmap::IndexMap;
 use mistralrs_core::{
-    AutoDeviceMapParams, Constraint, DefaultSchedulerMethod, DeviceMapSetting, GGUFLoaderBuilder,
-    GGUFSpecificConfig, MistralRs, MistralRsBuilder, ModelDType, NormalRequest, Request,
-    RequestMessage, SamplingParams, SchedulerConfig, TokenSource,
+    AutoDeviceMapParams, Constraint, DefaultSchedulerMethod, DeviceMapSetting, DrySamplingParams,
+    GGUFLoaderBuilder, GGUFSpecificConfig, MistralRs, MistralRsBuilder, ModelDType, NormalRequest,
+    Request, RequestMessage, SamplingParams, SchedulerConfig, TokenSource,
 };
 use sublet_models::ModelCache;
 
@@ -143,11 +143,27 @@ pub struct ChatRequest {
     pub temperature: Option<f64>,
     /// Nucleus sampling, with a temperature.
     pub top_p: Option<f64>,
+    /// What keeps the reply from repeating itself (none by default).
+    pub repetition: Repetition,
     /// Scheduling priority, lower is more urgent (vLLM's convention): [`VOICE_PRIORITY`]
     /// for a caller's turn, [`AGENT_PRIORITY`] by default for API requests.
     pub priority: i32,
     /// The call (or agent session) the request belongs to.
     pub session: Option<u64>,
+}
+
+/// Penalties on tokens the sequence (prompt and reply) already holds, applied before the
+/// next token is chosen, greedy or sampled. `None` leaves each off.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Repetition {
+    /// OpenAI's: subtracted from a token's logit once per time it occurs.
+    pub frequency_penalty: Option<f32>,
+    /// OpenAI's: subtracted once from the logit of any token that occurs.
+    pub presence_penalty: Option<f32>,
+    /// DRY ("don't repeat yourself") at this multiplier: a token that would extend a run
+    /// of tokens already in the sequence is penalised more the longer the run (base 1.75,
+    /// runs of two allowed). It stops loops and echoes without touching single words.
+    pub dry_multiplier: Option<f32>,
 }
 
 /// The priority of a voice turn.
@@ -163,6 +179,7 @@ impl ChatRequest {
             max_tokens,
             temperature: None,
             top_p: None,
+            repetition: Repetition::default(),
             priority: AGENT_PRIORITY,
             session: None,
         }
@@ -321,6 +338,15 @@ impl Engine {
             sampling.top_k = None;
             sampling.top_p = request.top_p;
         }
+        let repetition = request.repetition;
+        sampling.frequency_penalty = repetition.frequency_penalty;
+        sampling.presence_penalty = repetition.presence_penalty;
+        sampling.dry_params = repetition
+            .dry_multiplier
+            .map(|multiplier| DrySamplingParams {
+                multiplier,
+                ..DrySamplingParams::default()
+            });
         let (tx, rx) = tokio::sync::mpsc::channel(64);
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let normal = NormalRequest {

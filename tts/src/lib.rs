@@ -43,6 +43,14 @@ struct InferenceConfig {
     noise_w: f32,
 }
 
+/// How Piper speaks: `length_scale` stretches every phoneme (above 1 is slower),
+/// `noise_scale` varies the voice's pitch and energy.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Prosody {
+    pub length_scale: f32,
+    pub noise_scale: f32,
+}
+
 /// A loaded Piper voice.
 pub struct Voice {
     session: Session,
@@ -96,8 +104,22 @@ impl Voice {
         out
     }
 
+    /// The voice's own prosody, from its config.
+    pub fn default_prosody(&self) -> Prosody {
+        Prosody {
+            length_scale: self.config.inference.length_scale,
+            noise_scale: self.config.inference.noise_scale,
+        }
+    }
+
     /// Speaks `text`; empty audio for text with nothing to say.
     pub fn synthesize(&mut self, text: &str) -> Result<Audio> {
+        self.synthesize_with(text, self.default_prosody())
+    }
+
+    /// Speaks `text` slower or faster and more or less varied than the voice's default (the
+    /// evaluation's test callers).
+    pub fn synthesize_with(&mut self, text: &str, prosody: Prosody) -> Result<Audio> {
         let rate = self.sample_rate();
         let phonemes = phonemize(text, &self.config.espeak.voice)?;
         let ids = self.phoneme_ids(&phonemes);
@@ -105,11 +127,7 @@ impl Voice {
             return Ok(Audio::new(Vec::new(), rate));
         }
         let inference = &self.config.inference;
-        let scales = vec![
-            inference.noise_scale,
-            inference.length_scale,
-            inference.noise_w,
-        ];
+        let scales = vec![prosody.noise_scale, prosody.length_scale, inference.noise_w];
         let length = ids.len();
         let outputs = self.session.run(ort::inputs![
             "input" => Tensor::from_array(([1usize, length], ids))?,

@@ -15,7 +15,10 @@
 //! - The transcript of the speech so far, when the caller of the rules gives its cue
 //!   ([`crate::transcript_cue`]): a question ends the turn at the minimum delay even when
 //!   the model is unsure; a trailing "and", "um" or number keeps it open the full maximum,
-//!   even when the model is sure (its score hears the voice, not the words).
+//!   even when the model is sure (its score hears the voice, not the words). Words that
+//!   neither ask nor trail, with the model unsure, end the turn `unsure_words_delay_s`
+//!   after the stop: the words show no sign of going on, and on voices it was not trained
+//!   for the model is unsure of most finished turns (measured by `cargo xtask latency`).
 
 use crate::transcript_cue::TranscriptCue;
 
@@ -29,6 +32,11 @@ pub struct EndpointConfig {
     pub min_delay_s: f64,
     pub max_delay_s: f64,
     pub end_of_turn_threshold: f32,
+    /// The wait when the model is unsure and the transcript's cue is neutral (`None`:
+    /// `max_delay_s`, as with no transcript). Longer than a mid-sentence pause (up to
+    /// 1.2 s, and the transcriber can mishear the word that shows the sentence goes on: "I
+    /// would like to book" as "… to work."), shorter than LiveKit's 3 s.
+    pub unsure_words_delay_s: Option<f64>,
     /// Adapt the unsure wait to the caller's own pauses.
     pub dynamic: bool,
     /// How much longer than the caller's usual mid-turn pause an unsure stop waits.
@@ -47,6 +55,7 @@ impl Default for EndpointConfig {
             min_delay_s: 0.5,
             max_delay_s: 3.0,
             end_of_turn_threshold: 0.5,
+            unsure_words_delay_s: Some(1.5),
             dynamic: false,
             dynamic_margin_s: 0.5,
             dynamic_weight: 0.3,
@@ -255,6 +264,10 @@ impl Endpointer {
         }
         match (score, self.pause_average_s) {
             (Some(s), _) if s >= c.end_of_turn_threshold => c.min_delay_s,
+            (Some(_), _) if cue == Some(TranscriptCue::Neutral) => c
+                .unsure_words_delay_s
+                .unwrap_or(c.max_delay_s)
+                .clamp(c.min_delay_s, c.max_delay_s),
             (_, Some(average)) if c.dynamic => {
                 (average + c.dynamic_margin_s).clamp(c.min_delay_s, c.max_delay_s)
             }
@@ -353,8 +366,16 @@ mod tests {
     fn a_question_ends_an_unsure_turn_at_the_minimum_delay() {
         let question = delay_with_cue(0.1, Some(TranscriptCue::Question));
         assert!((0.5..0.5 + FRAME).contains(&question), "{question}");
-        let unsure = delay_with_cue(0.1, Some(TranscriptCue::Neutral));
-        assert!((3.0..3.0 + FRAME).contains(&unsure), "{unsure}");
+        let no_words = delay_with_cue(0.1, None);
+        assert!((3.0..3.0 + FRAME).contains(&no_words), "{no_words}");
+    }
+
+    #[test]
+    fn plain_words_shorten_an_unsure_wait() {
+        let plain = delay_with_cue(0.1, Some(TranscriptCue::Neutral));
+        assert!((1.5..1.5 + FRAME).contains(&plain), "{plain}");
+        let trailing = delay_with_cue(0.1, Some(TranscriptCue::Trailing));
+        assert!((3.0..3.0 + FRAME).contains(&trailing), "{trailing}");
     }
 
     #[test]

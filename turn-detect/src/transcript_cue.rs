@@ -5,6 +5,8 @@
 //! - A trailing continuation is not: the last word joins or fills (`and`, `so`, `um`, `the`,
 //!   `to`, …), or the text ends in a comma or an ellipsis, or with a number (a number being
 //!   dictated goes on after a breath, and answering one that had finished only costs a wait).
+//! - So is a verb that needs an object, said last after "to" or "please" ("remind me to
+//!   buy", "I would like to order"), even when the transcriber heard a question in it.
 //! - Anything else says nothing; the end-of-turn model's score decides alone.
 //!
 //! Bracketed or parenthesised notes the transcriber adds (`[BLANK_AUDIO]`, `(laughs)`) are
@@ -30,6 +32,16 @@ const TRAILING_WORDS: &[&str] = &[
     "her", "its", "is", "are", "was", "were", "am", "plus", "minus", "point", "than", "as", "also",
     "maybe", "just",
 ];
+
+/// Verbs that take an object: said last, the sentence has not reached it yet.
+const OBJECT_VERBS: &[&str] = &[
+    "order", "buy", "book", "get", "make", "bring", "find", "reserve", "schedule", "cancel",
+    "send", "pick", "put", "give", "take", "tell", "ask", "remind", "add", "change", "pay",
+];
+
+/// Words after which such a verb dangles: the infinitive's "to" ("I would like to order"),
+/// a request's "please". After a subject it may be whole ("the one I will take").
+const BEFORE_A_VERB: &[&str] = &["to", "please"];
 
 /// Number words: a caller dictating digits may not be done.
 const NUMBER_WORDS: &[&str] = &[
@@ -70,6 +82,9 @@ const NUMBER_WORDS: &[&str] = &[
 pub fn transcript_cue(transcript: &str) -> TranscriptCue {
     let text = without_notes(transcript);
     let text = text.trim_end();
+    if dangling_verb(text) {
+        return TranscriptCue::Trailing;
+    }
     if text.ends_with('?') {
         return TranscriptCue::Question;
     }
@@ -88,6 +103,25 @@ pub fn transcript_cue(transcript: &str) -> TranscriptCue {
         return TranscriptCue::Trailing;
     }
     TranscriptCue::Neutral
+}
+
+/// Whether the text ends with a verb still waiting for its object.
+fn dangling_verb(text: &str) -> bool {
+    let words: Vec<String> = text
+        .split_whitespace()
+        .rev()
+        .take(2)
+        .map(|w| {
+            w.trim_matches(|c: char| !c.is_alphanumeric())
+                .to_lowercase()
+        })
+        .collect();
+    match words.as_slice() {
+        [last, before] => {
+            OBJECT_VERBS.contains(&last.as_str()) && BEFORE_A_VERB.contains(&before.as_str())
+        }
+        _ => false,
+    }
 }
 
 /// The text without `[…]` and `(…)` notes.
@@ -133,6 +167,8 @@ mod tests {
             "The card number is 4929 1234",
             "My number is five five five, two",
             "It costs three point",
+            "Could you remind me to buy?",
+            "I would like to order.",
         ] {
             assert_eq!(transcript_cue(text), TranscriptCue::Trailing, "{text:?}");
         }
@@ -146,6 +182,8 @@ mod tests {
             "",
             "[BLANK_AUDIO]",
             "Hello there (laughs)",
+            "I placed an order.",
+            "That's the one I will take",
         ] {
             assert_eq!(transcript_cue(text), TranscriptCue::Neutral, "{text:?}");
         }

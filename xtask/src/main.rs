@@ -7,6 +7,8 @@
 //! - `probe`: setup, then make-room's probes on the real engine, off against on.
 //! - `bench`: setup, then the evaluation: recorded calls beside replayed agent sessions.
 //! - `engine-bench`: setup and llama.cpp, then the engine's speed beside llama.cpp's.
+//! - `latency`: setup, then scripted test calls in real time, voice alone, the current
+//!   defaults beside the old configuration.
 //! - `patches save`: regenerate the patch series on mistral.rs from an edited copy.
 
 mod apt;
@@ -35,6 +37,9 @@ commands:
   engine-bench [ARGS]
                    setup (and llama.cpp, built once), then the engine's speed against
                    llama.cpp on the same model and prompts (--json PATH --weights f16)
+  latency [ARGS]   setup, then test calls in several voices, voice alone, in real time: voice to
+                   voice per stage, false cut-offs, late turns, old configuration beside the new
+                   (--json PATH --configs old,new,new+preemptive)
   patches save     write patches/<crate>/ back from the commits in patched/<crate>
 
 environment:
@@ -55,6 +60,7 @@ fn main() -> ExitCode {
         Some("probe") => probe(rest),
         Some("bench") => bench(rest),
         Some("engine-bench") => engine_bench(rest),
+        Some("latency") => latency(rest),
         Some("patches") if args.get(1).map(String::as_str) == Some("save") => patches::save(),
         Some("-h" | "--help" | "help") | None => {
             println!("{USAGE}");
@@ -176,6 +182,13 @@ fn probe(extra: &[String]) -> Result<()> {
 fn bench(extra: &[String]) -> Result<()> {
     setup()?;
     let mut command = cargo_run("sublet-bench", "bench");
+    command.args(extra);
+    run(command)
+}
+
+fn latency(extra: &[String]) -> Result<()> {
+    setup()?;
+    let mut command = cargo_run("sublet-bench", "latency");
     command.args(extra);
     run(command)
 }

@@ -4,7 +4,7 @@
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::{ChatRequest, Message, Role, AGENT_PRIORITY};
+use crate::{ChatRequest, Message, Repetition, Role, AGENT_PRIORITY};
 
 /// A chat completion request as clients send it. Unknown fields are ignored, as OpenAI's
 /// own server does for the ones it does not use.
@@ -16,6 +16,8 @@ pub struct ChatCompletionBody {
     pub max_completion_tokens: Option<u64>,
     pub temperature: Option<f64>,
     pub top_p: Option<f64>,
+    pub frequency_penalty: Option<f32>,
+    pub presence_penalty: Option<f32>,
     pub n: Option<u64>,
     #[serde(default)]
     pub stream: bool,
@@ -178,6 +180,17 @@ impl ChatCompletionBody {
                 return Err(ApiError::invalid(Some("top_p"), "top_p must be in (0, 1]"));
             }
         }
+        for (name, value) in [
+            ("frequency_penalty", self.frequency_penalty),
+            ("presence_penalty", self.presence_penalty),
+        ] {
+            if value.is_some_and(|v| !(-2.0..=2.0).contains(&v)) {
+                return Err(ApiError::invalid(
+                    Some(name),
+                    format!("{name} must be between -2 and 2"),
+                ));
+            }
+        }
         let include_usage = self.stream_options.is_some_and(|o| o.include_usage);
         Ok((
             ChatRequest {
@@ -185,6 +198,11 @@ impl ChatCompletionBody {
                 max_tokens,
                 temperature: self.temperature,
                 top_p: self.top_p,
+                repetition: Repetition {
+                    frequency_penalty: self.frequency_penalty,
+                    presence_penalty: self.presence_penalty,
+                    dry_multiplier: None,
+                },
                 priority: self.priority.unwrap_or(AGENT_PRIORITY),
                 session: None,
             },

@@ -1,0 +1,138 @@
+//! The caller's side of every call: their audio through the turn detector, the turn
+//! transcribed as they stop, and the dispatch rules (`dispatch.rs`) turned into work for
+//! the responder and turn hints for the engine. Recorded, microphone and LiveKit calls
+//! all hear their caller through this.
+
+use std::time::Instant;
+
+use anyhow::Result;
+use sublet_turn_detect::{TurnDetector, TurnEvent};
+
+use crate::call::CallObserver;
+use crate::dispatch::{Dispatch, DispatchRules, TurnDispatch};
+use crate::early_transcript::EarlyTranscript;
+use crate::responder::{FinishedTurn, Responder, TurnHint, TurnWork};
+use crate::VoiceAgent;
+
+/// How a call tells time.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum CallClock {
+    /// Audio arrives as it is spoken; call time is time since this instant.
+    Wall(Instant),
+    /// Audio arrives as fast as it is read (a recorded call played fast): a turn ends when
+    /// the detector decides it, or when its early transcript was ready, if later.
+    Audio,
+}
+
+/// One caller, heard frame by frame.
+pub(crate) struct Caller {
+    pub(crate) detector: TurnDetector,
+    early: Option<EarlyTranscript>,
+    dispatch: TurnDispatch,
+    hint: Option<TurnHint>,
+    pub(crate) clock: CallClock,
+    /// When the last early transcript was ready, in call time (the audio clock).
+    early_ready_s: f64,
+}
+
+impl Caller {
+    pub(crate) fn new(agent: &VoiceAgent, responder: &Responder, clock: CallClock) -> Result<Self> {
+        let config = &agent.config;
+        Ok(Self {
+            detector: agent.new_detector()?,
+            early: agent.new_early_transcript()?,
+            dispatch: TurnDispatch::new(DispatchRules {
+                preemptive: config.preemptive_generation,
+                turn_hints: config.turn_hints,
+            }),
+            hint: config.turn_hints.then(|| responder.turn_hint()),
+            clock,
+            early_ready_s: 0.0,
+        })
+    }
+
+    /// Feeds 16 kHz samples. Each event goes to `observer` and `seen`, then the work it
+    /// calls for to `send`, in order.
+    pub(crate) fn push(
+        &mut self,
+        samples: &[f32],
+        observer: &mut dyn CallObserver,
+        seen: &mut dyn FnMut(&TurnEvent),
+        send: &mut dyn FnMut(TurnWork) -> Result<()>,
+    ) -> Result<()> {
+        for event in self.detector.push(samples)? {
+            observer.turn_event(&event);
+            seen(&event);
+            self.carry_out(event, send)?;
+        }
+        Ok(())
+    }
+
+    fn carry_out(
+        &mut self,
+        event: TurnEvent,
+        send: &mut dyn FnMut(TurnWork) -> Result<()>,
+    ) -> Result<()> {
+        let mut early_text = None;
+        if let (
+            TurnEvent::SpeechStopped {
+                at_s, decided_s, ..
+            },
+            Some(early),
+        ) = (&event, self.early.as_mut())
+        {
+            let started = Instant::now();
+            early_text = early.at_stop(&mut self.detector, *at_s)?.map(str::to_owned);
+            self.early_ready_s = decided_s + started.elapsed().as_secs_f64();
+        }
+        let work = self.dispatch.on_event(&event);
+        for step in &work {
+            match *step {
+                Dispatch::Hint => {
+                    if let Some(hint) = &self.hint {
+                        hint.send()?;
+                    }
+                }
+                Dispatch::Preempt { speech_end_s } => {
+                    match (self.detector.turn_audio(speech_end_s), &early_text) {
+                        (Some(_), Some(text)) if text.is_empty() => self.dispatch.preempt_failed(),
+                        (Some(audio), _) => send(TurnWork::Preempt {
+                            audio,
+                            transcript: early_text.take(),
+                        })?,
+                        (None, _) => self.dispatch.preempt_failed(),
+                    }
+                }
+                Dispatch::Discard => send(TurnWork::Discard)?,
+                Dispatch::Answer => {}
+            }
+        }
+        let TurnEvent::EndOfTurn {
+            speech_end_s,
+            decided_s,
+            end_of_turn_score,
+            audio,
+            ..
+        } = event
+        else {
+            return Ok(());
+        };
+        if !work.contains(&Dispatch::Answer) {
+            return Ok(());
+        }
+        let transcript = self.early.as_mut().and_then(|e| e.for_turn(speech_end_s));
+        let end_of_turn_s = match self.clock {
+            CallClock::Wall(started) => started.elapsed().as_secs_f64(),
+            CallClock::Audio if transcript.is_some() => decided_s.max(self.early_ready_s),
+            CallClock::Audio => decided_s,
+        };
+        send(TurnWork::Answer(FinishedTurn {
+            caller_stop_s: speech_end_s,
+            end_of_turn_s,
+            judged_at: Instant::now(),
+            end_of_turn_score,
+            audio,
+            transcript,
+        }))
+    }
+}

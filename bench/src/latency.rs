@@ -1,0 +1,290 @@
+//! The latency benchmark's figures (pure): from each played call's turn records, its ends
+//! of turn and its script, what a caller feels — voice to voice and each stage's share,
+//! turns cut off mid-sentence, turns answered late or never, and what the replies sound
+//! like (looping, echoing the caller, length).
+
+use serde::{Deserialize, Serialize};
+use sublet_agent::{TurnRecord, STAGE_NAMES};
+
+use crate::stats::percentile;
+use crate::test_callers::ScriptedTurn;
+
+/// Voice to voice past this is a late turn: the caller notices the wait.
+pub const LATE_S: f64 = 1.5;
+/// A stop detected this close to a turn's scripted end is the turn's end (the VAD's frame
+/// and the trimmed speech's last sound differ by a little).
+const END_SLACK_S: f64 = 0.35;
+
+/// One call as played under one configuration.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PlayedCall {
+    pub call: String,
+    pub script: Vec<ScriptedTurn>,
+    pub turns: Vec<TurnRecord>,
+    /// Every end of turn the detector decided, in call time (answered or not).
+    pub ends_of_turn_s: Vec<f64>,
+}
+
+/// The p50 and p95 of one quantity, in seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Spread {
+    pub p50: f64,
+    pub p95: f64,
+}
+
+impl Spread {
+    fn of(values: &[f64]) -> Option<Self> {
+        (!values.is_empty()).then(|| Self {
+            p50: percentile(values, 50.0),
+            p95: percentile(values, 95.0),
+        })
+    }
+}
+
+/// What the replies sounded like.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReplyFigures {
+    pub replies: usize,
+    pub median_words: f64,
+    /// Replies with some three-word phrase three or more times (a loop).
+    pub looping: usize,
+    /// Replies with some four-word phrase twice or more.
+    pub repeated_phrase: usize,
+    /// Replies that say most of the caller's turn back to them.
+    pub echoing: usize,
+}
+
+/// One configuration's figures over all its calls.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LatencyFigures {
+    /// Scripted turns, and the pauses inside them.
+    pub scripted_turns: usize,
+    pub mid_turn_pauses: usize,
+    /// Turns answered at their end (the ones the latencies are over).
+    pub answered: usize,
+    /// Ends of turn decided while the caller was still inside a scripted turn.
+    pub false_cut_offs: usize,
+    /// Answered turns whose voice to voice was over [`LATE_S`].
+    pub late_turns: usize,
+    /// Scripted turns with no answer at their end.
+    pub missed: usize,
+    pub voice_to_voice: Option<Spread>,
+    /// Each stage of [`STAGE_NAMES`], measured from the one before.
+    pub stages: Vec<(String, Option<Spread>)>,
+    pub replies: ReplyFigures,
+}
+
+/// The figures of `calls`.
+pub fn figures(calls: &[PlayedCall]) -> LatencyFigures {
+    let mut answered: Vec<&TurnRecord> = Vec::new();
+    let mut false_cut_offs = 0;
+    let mut missed = 0;
+    let mut transcripts = Vec::new();
+    for call in calls {
+        false_cut_offs += call
+            .ends_of_turn_s
+            .iter()
+            .filter(|&&t| inside_a_turn(&call.script, t))
+            .count();
+        for scripted in &call.script {
+            let at_end = call.turns.iter().find(|r| {
+                r.caller_stop_s >= scripted.end_s - END_SLACK_S
+                    && r.caller_stop_s <= scripted.end_s + END_SLACK_S
+            });
+            match at_end {
+                Some(record) => {
+                    answered.push(record);
+                    transcripts.push(scripted.text.as_str());
+                }
+                None => missed += 1,
+            }
+        }
+    }
+    let v2v: Vec<f64> = answered.iter().map(|r| r.voice_to_voice_s()).collect();
+    let stages = STAGE_NAMES
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let values: Vec<f64> = answered.iter().map(|r| r.stage_latencies()[i]).collect();
+            (name.to_string(), Spread::of(&values))
+        })
+        .collect();
+    let all_replies: Vec<(&str, &str)> = calls
+        .iter()
+        .flat_map(|c| c.turns.iter())
+        .map(|r| (r.transcript.as_str(), r.reply.as_str()))
+        .collect();
+    LatencyFigures {
+        scripted_turns: calls.iter().map(|c| c.script.len()).sum(),
+        mid_turn_pauses: calls
+            .iter()
+            .flat_map(|c| &c.script)
+            .map(|t| t.pauses.len())
+            .sum(),
+        answered: answered.len(),
+        false_cut_offs,
+        late_turns: v2v.iter().filter(|&&v| v > LATE_S).count(),
+        missed,
+        voice_to_voice: Spread::of(&v2v),
+        stages,
+        replies: reply_figures(&all_replies),
+    }
+}
+
+/// Whether `t` falls inside a scripted turn, before its end: the caller had not finished.
+fn inside_a_turn(script: &[ScriptedTurn], t: f64) -> bool {
+    script
+        .iter()
+        .any(|turn| t > turn.start_s && t < turn.end_s - END_SLACK_S)
+}
+
+/// Replies' figures; each is `(what the caller said, the reply)`.
+pub fn reply_figures(replies: &[(&str, &str)]) -> ReplyFigures {
+    let lengths: Vec<f64> = replies
+        .iter()
+        .map(|(_, reply)| words(reply).len() as f64)
+        .collect();
+    ReplyFigures {
+        replies: replies.len(),
+        median_words: percentile(&lengths, 50.0),
+        looping: replies
+            .iter()
+            .filter(|(_, r)| most_repeated(&words(r), 3) >= 3)
+            .count(),
+        repeated_phrase: replies
+            .iter()
+            .filter(|(_, r)| most_repeated(&words(r), 4) >= 2)
+            .count(),
+        echoing: replies.iter().filter(|(c, r)| echoes(c, r)).count(),
+    }
+}
+
+/// Lower-case words without punctuation.
+fn words(text: &str) -> Vec<String> {
+    text.split_whitespace()
+        .map(|w| {
+            w.chars()
+                .filter(|c| c.is_alphanumeric() || *c == '\'')
+                .flat_map(char::to_lowercase)
+                .collect::<String>()
+        })
+        .filter(|w| !w.is_empty())
+        .collect()
+}
+
+/// How often the most frequent run of `n` words occurs.
+fn most_repeated(words: &[String], n: usize) -> usize {
+    let mut counts = std::collections::HashMap::new();
+    for run in words.windows(n) {
+        *counts.entry(run).or_insert(0usize) += 1;
+    }
+    counts.into_values().max().unwrap_or(0)
+}
+
+/// The reply says back a run of the caller's words that is most of what they said (at
+/// least five words in a row, and 70% of theirs): "The capital of Japan is Tokyo" answers
+/// "What is the capital of Japan?", it does not echo it.
+fn echoes(caller: &str, reply: &str) -> bool {
+    let (caller, reply) = (words(caller), words(reply));
+    let needed = 5.max((caller.len() as f64 * 0.7).ceil() as usize);
+    (needed..=caller.len()).any(|n| {
+        caller
+            .windows(n)
+            .any(|run| reply.windows(n).any(|other| other == run))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scripted(start_s: f64, end_s: f64, pauses: Vec<(f64, f64)>) -> ScriptedTurn {
+        ScriptedTurn {
+            text: "I would like to order a large pizza with mushrooms.".into(),
+            start_s,
+            end_s,
+            pauses,
+        }
+    }
+
+    fn record(caller_stop_s: f64, v2v: f64) -> TurnRecord {
+        TurnRecord {
+            index: 1,
+            transcript: "I would like to order a large pizza with mushrooms.".into(),
+            reply: "Sure, one large mushroom pizza.".into(),
+            caller_stop_s,
+            end_of_turn_s: caller_stop_s + 0.5,
+            transcript_s: caller_stop_s + 0.5,
+            first_token_s: caller_stop_s + 0.6,
+            first_sentence_s: caller_stop_s + 0.7,
+            first_audio_s: caller_stop_s + v2v,
+            end_of_turn_score: Some(0.9),
+            preemptive: false,
+            preemptive_discarded: 0,
+        }
+    }
+
+    #[test]
+    fn an_end_of_turn_in_a_pause_is_a_false_cut_off() {
+        let script = vec![scripted(1.0, 4.0, vec![(2.0, 3.0)])];
+        let call = PlayedCall {
+            call: "c".into(),
+            script: script.clone(),
+            // Cut off in the pause (answered), then the whole turn answered late.
+            turns: vec![record(2.0, 0.9), record(4.05, 1.8)],
+            ends_of_turn_s: vec![2.5, 4.6],
+        };
+        let f = figures(&[call]);
+        assert_eq!(f.false_cut_offs, 1);
+        assert_eq!(f.answered, 1);
+        assert_eq!(f.late_turns, 1);
+        assert_eq!(f.missed, 0);
+        assert_eq!(f.mid_turn_pauses, 1);
+        let v2v = f.voice_to_voice.unwrap();
+        assert!((v2v.p50 - 1.8).abs() < 1e-9);
+        // The same call decided only at the turn's end: no cut-off.
+        let call = PlayedCall {
+            call: "c".into(),
+            script,
+            turns: vec![record(4.05, 0.9)],
+            ends_of_turn_s: vec![4.6],
+        };
+        let f = figures(&[call]);
+        assert_eq!((f.false_cut_offs, f.late_turns), (0, 0));
+    }
+
+    #[test]
+    fn a_turn_never_answered_at_its_end_is_missed() {
+        let call = PlayedCall {
+            call: "c".into(),
+            script: vec![scripted(1.0, 4.0, vec![]), scripted(10.0, 12.0, vec![])],
+            turns: vec![record(4.1, 0.8)],
+            ends_of_turn_s: vec![4.6],
+        };
+        let f = figures(&[call]);
+        assert_eq!((f.answered, f.missed), (1, 1));
+    }
+
+    #[test]
+    fn loops_repeats_and_echoes_are_counted() {
+        let looped = "You can say this message to anyone. You can say this message to \
+                      anyone. You can say this message to anyone.";
+        let f = reply_figures(&[
+            ("Hello.", looped),
+            (
+                "What is the capital of Japan?",
+                "The capital of Japan is Tokyo.",
+            ),
+            (
+                "I need to call my sister and then book a taxi.",
+                "You need to call my sister and then book a taxi, I see.",
+            ),
+        ]);
+        assert_eq!(f.replies, 3);
+        assert_eq!(f.looping, 1);
+        assert_eq!(f.repeated_phrase, 1);
+        // Only the third says the caller's words back.
+        assert_eq!(f.echoing, 1);
+        assert_eq!(f.median_words, 13.0);
+    }
+}
