@@ -75,7 +75,8 @@ pub struct AgentConfig {
     pub interruptions: InterruptionConfig,
     /// Start the reply as soon as the caller stops speaking, before the end of their turn is
     /// certain; keep it if the turn ends there, cancel it in the engine if they go on (live
-    /// calls). Off by default: on 2 cores a cancelled reply's work competes with the rest.
+    /// calls). On by default, as in LiveKit Agents: a stop the turn detector is unsure of
+    /// waits 1.3 s, and the reply is ready when it ends (`cargo xtask latency`).
     pub preemptive_generation: bool,
     /// Transcribe the turn the moment the caller stops speaking, before its end is decided:
     /// the words' cue joins the end-of-turn rules (`sublet_turn_detect::transcript_cue`),
@@ -104,7 +105,7 @@ impl Default for AgentConfig {
             endpoint: EndpointConfig::default(),
             turn_hints: false,
             interruptions: InterruptionConfig::default(),
-            preemptive_generation: false,
+            preemptive_generation: true,
             early_transcript: true,
             partial_transcripts_s: None,
         }

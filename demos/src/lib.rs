@@ -151,10 +151,11 @@ pub struct AgentArgs {
     /// No turn hints, even when agents share the engine.
     #[arg(long, conflicts_with = "turn_hints")]
     pub no_turn_hints: bool,
-    /// Start each reply as soon as the caller stops speaking, before the end of their turn
-    /// is certain; it is cancelled if they go on (live calls).
+    /// Do not start each reply as the caller stops speaking (preemptive generation, on by
+    /// default: a reply started before the end of the turn is certain, cancelled if they
+    /// go on); start it at the end of the turn.
     #[arg(long)]
-    pub preemptive: bool,
+    pub no_preemptive: bool,
     /// Do not transcribe the turn as the caller stops (its words then neither end nor
     /// hold the turn, and the transcript is taken after the end of the turn).
     #[arg(long)]
@@ -182,7 +183,7 @@ impl AgentArgs {
         let defaults = AgentConfig::default();
         AgentConfig {
             turn_hints: self.turn_hints || (shared && !self.no_turn_hints),
-            preemptive_generation: self.preemptive,
+            preemptive_generation: !self.no_preemptive,
             early_transcript: !self.no_early_transcript,
             endpoint: sublet_turn_detect::EndpointConfig {
                 dynamic: self.dynamic_endpointing,

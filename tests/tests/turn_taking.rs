@@ -329,7 +329,9 @@ fn sentence_with_a_pause(agent: &VoiceAgent, cache: &ModelCache) -> TurnRecord {
 #[test]
 fn a_pause_in_the_middle_of_a_sentence_does_not_end_the_turn() {
     let cache = ModelCache::from_env();
-    sentence_with_a_pause(&agent(&cache), &cache);
+    let mut agent = agent(&cache);
+    agent.config.preemptive_generation = false;
+    sentence_with_a_pause(&agent, &cache);
 }
 
 fn preemptive_agent(cache: &ModelCache) -> VoiceAgent {
@@ -343,6 +345,7 @@ fn a_reply_started_as_the_caller_stops_is_kept_when_the_turn_ends_there() {
     let cache = ModelCache::from_env();
     let question = || vec![Step::Say(utterance(&cache, "Wait, stop."))];
     let mut agent = agent(&cache);
+    agent.config.preemptive_generation = false;
     let without = live_call(&agent, question(), 6.0).seen.turns;
     agent.config.preemptive_generation = true;
     let turns = live_call(&agent, question(), 6.0).seen.turns;

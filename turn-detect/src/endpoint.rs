@@ -6,7 +6,8 @@
 //!   This is the moment of the engine's turn hint; the stop is dated at the last speech frame.
 //! - The turn ends `min_delay_s` after the speech stopped when the end-of-turn model is
 //!   confident (score at or above `end_of_turn_threshold`), else `max_delay_s` after it
-//!   (LiveKit Agents' endpointing: 0.5 s and 3.0 s). Speech before then continues the turn.
+//!   (LiveKit Agents' endpointing: 0.5 s and 3.0 s). Speech before then continues the turn,
+//!   and no turn ends while a new onset is being confirmed.
 //! - Dynamic endpointing (optional) adapts the unsure wait to the caller: each pause they
 //!   made inside a turn (speech stopped, then resumed before the turn ended) updates a
 //!   running average, and an unsure stop waits that average plus `dynamic_margin_s`, kept
@@ -16,8 +17,8 @@
 //!   ([`crate::transcript_cue`]): a question ends the turn at the minimum delay even when
 //!   the model is unsure; a trailing "and", "um" or number keeps it open the full maximum,
 //!   even when the model is sure (its score hears the voice, not the words). Words that
-//!   neither ask nor trail, with the model unsure, end the turn `unsure_words_delay_s`
-//!   after the stop: the words show no sign of going on, and on voices it was not trained
+//!   neither ask nor trail, with the model unsure, or that end with a number, end the turn
+//!   `unsure_words_delay_s` after the stop: the words show no sign of going on, and on voices it was not trained
 //!   for the model is unsure of most finished turns (measured by `cargo xtask latency`).
 
 use crate::transcript_cue::TranscriptCue;
@@ -32,10 +33,11 @@ pub struct EndpointConfig {
     pub min_delay_s: f64,
     pub max_delay_s: f64,
     pub end_of_turn_threshold: f32,
-    /// The wait when the model is unsure and the transcript's cue is neutral (`None`:
-    /// `max_delay_s`, as with no transcript). Longer than a mid-sentence pause (up to
-    /// 1.2 s, and the transcriber can mishear the word that shows the sentence goes on: "I
-    /// would like to book" as "… to work."), shorter than LiveKit's 3 s.
+    /// The wait when the model is unsure and the transcript's cue is neutral, or the words
+    /// end with a number (`None`: `max_delay_s`, as with no transcript). Longer than a
+    /// mid-sentence pause of 1.2 s (the transcriber can mishear the word that shows the
+    /// sentence goes on: "I would like to book" as "… to work."), with no end of turn while
+    /// the caller's voice has begun again; shorter than LiveKit's 3 s.
     pub unsure_words_delay_s: Option<f64>,
     /// Adapt the unsure wait to the caller's own pauses.
     pub dynamic: bool,
@@ -55,7 +57,7 @@ impl Default for EndpointConfig {
             min_delay_s: 0.5,
             max_delay_s: 3.0,
             end_of_turn_threshold: 0.5,
-            unsure_words_delay_s: Some(1.5),
+            unsure_words_delay_s: Some(1.3),
             dynamic: false,
             dynamic_margin_s: 0.5,
             dynamic_weight: 0.3,
@@ -226,7 +228,11 @@ impl Endpointer {
                     cue,
                     onset_s,
                 };
-                self.end_of_turn_due(end_s)
+                // Not while the caller's voice has begun again: it may be the turn going on.
+                match onset_s {
+                    Some(_) => None,
+                    None => self.end_of_turn_due(end_s),
+                }
             }
         }
     }
@@ -260,19 +266,25 @@ impl Endpointer {
         match cue {
             Some(TranscriptCue::Question) => return c.min_delay_s,
             Some(TranscriptCue::Trailing) => return c.max_delay_s,
+            Some(TranscriptCue::Number) => return self.unsure_words_delay_s(),
             Some(TranscriptCue::Neutral) | None => {}
         }
         match (score, self.pause_average_s) {
             (Some(s), _) if s >= c.end_of_turn_threshold => c.min_delay_s,
-            (Some(_), _) if cue == Some(TranscriptCue::Neutral) => c
-                .unsure_words_delay_s
-                .unwrap_or(c.max_delay_s)
-                .clamp(c.min_delay_s, c.max_delay_s),
+            (Some(_), _) if cue == Some(TranscriptCue::Neutral) => self.unsure_words_delay_s(),
             (_, Some(average)) if c.dynamic => {
                 (average + c.dynamic_margin_s).clamp(c.min_delay_s, c.max_delay_s)
             }
             _ => c.max_delay_s,
         }
+    }
+
+    /// The wait for plain words the model is unsure of, within the delays' bounds.
+    fn unsure_words_delay_s(&self) -> f64 {
+        let c = &self.config;
+        c.unsure_words_delay_s
+            .unwrap_or(c.max_delay_s)
+            .clamp(c.min_delay_s, c.max_delay_s)
     }
 
     fn confirm_onset(&mut self, since_s: f64, end_s: f64) -> Option<EndpointEvent> {
@@ -373,7 +385,10 @@ mod tests {
     #[test]
     fn plain_words_shorten_an_unsure_wait() {
         let plain = delay_with_cue(0.1, Some(TranscriptCue::Neutral));
-        assert!((1.5..1.5 + FRAME).contains(&plain), "{plain}");
+        assert!((1.3..1.3 + FRAME).contains(&plain), "{plain}");
+        // A number waits as long, however sure the model is.
+        let number = delay_with_cue(0.9, Some(TranscriptCue::Number));
+        assert!((1.3..1.3 + FRAME).contains(&number), "{number}");
         let trailing = delay_with_cue(0.1, Some(TranscriptCue::Trailing));
         assert!((3.0..3.0 + FRAME).contains(&trailing), "{trailing}");
     }

@@ -3,8 +3,9 @@
 //!
 //! - A question (the text ends with `?`) is finished: the caller is waiting for an answer.
 //! - A trailing continuation is not: the last word joins or fills (`and`, `so`, `um`, `the`,
-//!   `to`, …), or the text ends in a comma or an ellipsis, or with a number (a number being
-//!   dictated goes on after a breath, and answering one that had finished only costs a wait).
+//!   `to`, …), or the text ends in a comma or an ellipsis.
+//! - A number may not be: a number being dictated goes on after a breath, but one can also
+//!   end the turn ("… six seven eight nine"), so it waits as long as an unsure stop.
 //! - So is a verb that needs an object, said last after "to" or "please" ("remind me to
 //!   buy", "I would like to order"), even when the transcriber heard a question in it.
 //! - Anything else says nothing; the end-of-turn model's score decides alone.
@@ -19,6 +20,8 @@ pub enum TranscriptCue {
     Question,
     /// A word or mark that goes on: the caller has not finished.
     Trailing,
+    /// A number: perhaps dictated in parts, perhaps the answer's end.
+    Number,
     /// Nothing either way.
     Neutral,
 }
@@ -98,9 +101,11 @@ pub fn transcript_cue(transcript: &str) -> TranscriptCue {
     let word: String = last
         .trim_matches(|c: char| !c.is_alphanumeric())
         .to_lowercase();
-    let numeric = word.chars().any(|c| c.is_ascii_digit()) || NUMBER_WORDS.contains(&&*word);
-    if numeric || TRAILING_WORDS.contains(&&*word) {
+    if TRAILING_WORDS.contains(&&*word) {
         return TranscriptCue::Trailing;
+    }
+    if word.chars().any(|c| c.is_ascii_digit()) || NUMBER_WORDS.contains(&&*word) {
+        return TranscriptCue::Number;
     }
     TranscriptCue::Neutral
 }
@@ -164,13 +169,23 @@ mod tests {
             "I need to go to",
             "First of all,",
             "Well...",
-            "The card number is 4929 1234",
-            "My number is five five five, two",
+            "My number is five five five,",
             "It costs three point",
             "Could you remind me to buy?",
             "I would like to order.",
         ] {
             assert_eq!(transcript_cue(text), TranscriptCue::Trailing, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn a_number_may_go_on() {
+        for text in [
+            "The card number is 4929 1234",
+            "My number is five five five, two",
+            "I want three",
+        ] {
+            assert_eq!(transcript_cue(text), TranscriptCue::Number, "{text:?}");
         }
     }
 
