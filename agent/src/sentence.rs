@@ -162,37 +162,51 @@ fn letters(s: &str) -> usize {
 
 /// Which of a reply's sentences are spoken: at most `max_sentences`, and none from the
 /// first one that repeats a sentence the reply already said (a small model looping, "You're
-/// welcome. … You're welcome."). Either ends the reply: its generation is cancelled.
+/// welcome. … You're welcome.") or that says some three-word phrase of the reply a third
+/// time ("… personal and professional … personal and professional … personal and
+/// professional"). Each ends the reply: its generation is cancelled.
 #[derive(Debug)]
 pub struct ReplyLimit {
     max_sentences: usize,
     /// The sentences said so far, lowercased letters and digits only.
     said: Vec<String>,
+    /// Every word said so far (clauses included), lowercased.
+    words: Vec<String>,
 }
+
+/// A phrase this long said this often is a loop.
+const LOOP_PHRASE_WORDS: usize = 3;
+const LOOP_TIMES: usize = 3;
 
 impl ReplyLimit {
     pub fn new(max_sentences: usize) -> Self {
         Self {
             max_sentences,
             said: Vec::new(),
+            words: Vec::new(),
         }
     }
 
     /// Whether to speak `sentence` (or a first clause); `false` ends the reply. A clause
     /// does not count as one of the reply's sentences.
     pub fn admit(&mut self, sentence: &str) -> bool {
+        if self.full() || self.would_loop(sentence) {
+            return false;
+        }
         if sentence.trim_end().ends_with(CLAUSE_MARKS) {
-            return !self.full();
+            self.words.extend(words(sentence));
+            return true;
         }
         let key: String = sentence
             .chars()
             .filter(|c| c.is_alphanumeric())
             .flat_map(char::to_lowercase)
             .collect();
-        if self.full() || self.said.contains(&key) {
+        if self.said.contains(&key) {
             return false;
         }
         self.said.push(key);
+        self.words.extend(words(sentence));
         true
     }
 
@@ -200,6 +214,31 @@ impl ReplyLimit {
     pub fn full(&self) -> bool {
         self.said.len() >= self.max_sentences
     }
+
+    /// Whether `sentence` would make some phrase of the reply its third time.
+    fn would_loop(&self, sentence: &str) -> bool {
+        let mut all = self.words.clone();
+        let before = all.len();
+        all.extend(words(sentence));
+        let phrases: Vec<&[String]> = all.windows(LOOP_PHRASE_WORDS).collect();
+        // Only phrases that end in the new sentence can newly reach the count.
+        let new_from = before.saturating_sub(LOOP_PHRASE_WORDS - 1);
+        phrases[new_from.min(phrases.len())..]
+            .iter()
+            .any(|phrase| phrases.iter().filter(|other| *other == phrase).count() >= LOOP_TIMES)
+    }
+}
+
+/// Lowercased words, letters, digits and apostrophes only.
+fn words(text: &str) -> impl Iterator<Item = String> + '_ {
+    text.split_whitespace()
+        .map(|w| {
+            w.chars()
+                .filter(|c| c.is_alphanumeric() || *c == '\'')
+                .flat_map(char::to_lowercase)
+                .collect::<String>()
+        })
+        .filter(|w| !w.is_empty())
 }
 
 #[cfg(test)]
@@ -307,6 +346,18 @@ mod tests {
         assert!(limit.admit("I'm sorry for any inconvenience,"));
         assert!(limit.admit("but I cannot order food."));
         assert!(!limit.admit("Ask me."));
+    }
+
+    #[test]
+    fn a_phrase_said_a_third_time_ends_the_reply() {
+        let mut limit = ReplyLimit::new(4);
+        assert!(limit.admit("I'm sorry, but as a chatbot for personal and professional use,"));
+        assert!(limit.admit("I cannot help with personal and professional matters."));
+        assert!(!limit.admit("I'm here to assist with any personal and professional issues."));
+        // Twice is not a loop.
+        let mut limit = ReplyLimit::new(4);
+        assert!(limit.admit("It is two hours by train."));
+        assert!(limit.admit("It is two hours by car, too."));
     }
 
     #[test]
