@@ -229,8 +229,9 @@ impl ReplyLimit {
     }
 }
 
-/// Lowercased words, letters, digits and apostrophes only.
-fn words(text: &str) -> impl Iterator<Item = String> + '_ {
+/// Lowercased words, letters, digits and apostrophes only: a reply's words as they are
+/// compared for repeats.
+pub fn words(text: &str) -> impl Iterator<Item = String> + '_ {
     text.split_whitespace()
         .map(|w| {
             w.chars()

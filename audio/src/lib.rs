@@ -38,6 +38,19 @@ impl Audio {
     pub fn resampled(&self, rate: u32) -> Audio {
         Audio::new(resample(&self.samples, self.rate, rate), rate)
     }
+
+    /// The audio from its first to its last sample louder than `threshold` (a synthesized
+    /// utterance without the silence around it).
+    pub fn trimmed(&self, threshold: f32) -> Audio {
+        let loud = |s: &f32| s.abs() > threshold;
+        let first = self.samples.iter().position(loud).unwrap_or(0);
+        let last = self
+            .samples
+            .iter()
+            .rposition(loud)
+            .map_or(self.samples.len(), |i| i + 1);
+        Audio::new(self.samples[first..last.max(first)].to_vec(), self.rate)
+    }
 }
 
 /// Why a file could not be read as audio.

@@ -159,17 +159,9 @@ pub fn reply_figures(replies: &[(&str, &str)]) -> ReplyFigures {
     }
 }
 
-/// Lower-case words without punctuation.
+/// The text's words as the reply limit compares them.
 fn words(text: &str) -> Vec<String> {
-    text.split_whitespace()
-        .map(|w| {
-            w.chars()
-                .filter(|c| c.is_alphanumeric() || *c == '\'')
-                .flat_map(char::to_lowercase)
-                .collect::<String>()
-        })
-        .filter(|w| !w.is_empty())
-        .collect()
+    sublet_agent::sentence::words(text).collect()
 }
 
 /// How often the most frequent run of `n` words occurs.

@@ -235,7 +235,7 @@ fn speak_call(
                 } => espeak(part, voice, words_per_minute, pitch, scratch)?,
             };
             call.samples
-                .extend_from_slice(&trimmed(&speech.resampled(SPEECH_RATE)).samples);
+                .extend_from_slice(&speech.resampled(SPEECH_RATE).trimmed(0.02).samples);
             if pause_s > 0.0 {
                 let at = call.duration_s();
                 pauses.push((at, at + pause_s));
@@ -279,16 +279,4 @@ fn espeak(text: &str, voice: &str, wpm: u32, pitch: u32, scratch: &Path) -> Resu
     let audio = read_wav(&file)?;
     std::fs::remove_file(&file)?;
     Ok(audio)
-}
-
-/// The audio from where its sound starts to where it ends.
-fn trimmed(audio: &Audio) -> Audio {
-    let loud = |s: &f32| s.abs() > 0.02;
-    let first = audio.samples.iter().position(loud).unwrap_or(0);
-    let last = audio
-        .samples
-        .iter()
-        .rposition(loud)
-        .map_or(audio.samples.len(), |i| i + 1);
-    Audio::new(audio.samples[first..last].to_vec(), audio.rate)
 }

@@ -128,12 +128,5 @@ fn speak(text: &str, voice: &str, scratch: &Path) -> Result<Audio> {
     }
     let audio = read_wav(scratch)?.resampled(SPEECH_RATE);
     std::fs::remove_file(scratch)?;
-    let loud = |s: &f32| s.abs() > 0.02;
-    let first = audio.samples.iter().position(loud).unwrap_or(0);
-    let last = audio
-        .samples
-        .iter()
-        .rposition(loud)
-        .map_or(audio.samples.len(), |i| i + 1);
-    Ok(Audio::new(audio.samples[first..last].to_vec(), SPEECH_RATE))
+    Ok(audio.trimmed(0.02))
 }
