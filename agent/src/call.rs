@@ -160,7 +160,7 @@ impl VoiceAgent {
         observer: &mut dyn CallObserver,
     ) -> Result<CallOutcome> {
         let mut responder = self.new_responder()?;
-        let mut caller = Caller::new(self, &responder, CallClock::Audio)?;
+        let mut caller = Caller::new(self, &responder, CallClock::Audio, false)?;
         let mut track = ReplyTrack::new(out_rate);
         let mut turns = Vec::new();
         let mut work = Vec::new();

@@ -6,6 +6,7 @@
 use std::time::Instant;
 
 use anyhow::Result;
+use sublet_stt::Transcriber;
 use sublet_turn_detect::{TurnDetector, TurnEvent};
 
 use crate::call::CallObserver;
@@ -27,6 +28,9 @@ pub(crate) enum CallClock {
 /// One caller, heard frame by frame.
 pub(crate) struct Caller {
     pub(crate) detector: TurnDetector,
+    /// The call loop's Whisper context: the early transcripts, and on a live call the
+    /// interruption checks and partial transcripts (one context, one thread).
+    pub(crate) stt: Option<Transcriber>,
     early: Option<EarlyTranscript>,
     dispatch: TurnDispatch,
     hint: Option<TurnHint>,
@@ -36,11 +40,22 @@ pub(crate) struct Caller {
 }
 
 impl Caller {
-    pub(crate) fn new(agent: &VoiceAgent, responder: &Responder, clock: CallClock) -> Result<Self> {
+    /// A caller; `stt_needed` loads the loop's Whisper context even without early
+    /// transcripts (a live call's interruption checks).
+    pub(crate) fn new(
+        agent: &VoiceAgent,
+        responder: &Responder,
+        clock: CallClock,
+        stt_needed: bool,
+    ) -> Result<Self> {
         let config = &agent.config;
         Ok(Self {
             detector: agent.new_detector()?,
-            early: agent.new_early_transcript()?,
+            stt: match config.early_transcript || stt_needed {
+                true => Some(Transcriber::load(&agent.cache)?),
+                false => None,
+            },
+            early: config.early_transcript.then(EarlyTranscript::default),
             dispatch: TurnDispatch::new(DispatchRules {
                 preemptive: config.preemptive_generation,
                 turn_hints: config.turn_hints,
@@ -79,10 +94,13 @@ impl Caller {
                 at_s, decided_s, ..
             },
             Some(early),
-        ) = (&event, self.early.as_mut())
+            Some(stt),
+        ) = (&event, self.early.as_mut(), self.stt.as_mut())
         {
             let started = Instant::now();
-            early_text = early.at_stop(&mut self.detector, *at_s)?.map(str::to_owned);
+            early_text = early
+                .at_stop(stt, &mut self.detector, *at_s)?
+                .map(str::to_owned);
             self.early_ready_s = decided_s + started.elapsed().as_secs_f64();
         }
         let work = self.dispatch.on_event(&event);

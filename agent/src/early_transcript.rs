@@ -7,10 +7,10 @@ use anyhow::Result;
 use sublet_stt::Transcriber;
 use sublet_turn_detect::{transcript_cue, TurnDetector};
 
-/// A call's early transcriber (its own Whisper context: the responder's works on another
-/// thread).
+/// A call's early transcripts, taken with the caller loop's Whisper context (the
+/// responder's works on another thread).
+#[derive(Default)]
 pub(crate) struct EarlyTranscript {
-    stt: Transcriber,
     latest: Option<Early>,
 }
 
@@ -21,21 +21,18 @@ struct Early {
 }
 
 impl EarlyTranscript {
-    pub(crate) fn new(stt: Transcriber) -> Self {
-        Self { stt, latest: None }
-    }
-
     /// At a stop: transcribes the turn so far and gives the detector the words' cue.
     /// Returns the text (empty when the turn held no words).
     pub(crate) fn at_stop(
         &mut self,
+        stt: &mut Transcriber,
         detector: &mut TurnDetector,
         speech_end_s: f64,
     ) -> Result<Option<&str>> {
         let Some(audio) = detector.turn_audio(speech_end_s) else {
             return Ok(None);
         };
-        let text = self.stt.transcribe(&audio)?;
+        let text = stt.transcribe(&audio)?;
         detector.set_transcript_cue(speech_end_s, transcript_cue(&text));
         let early = self.latest.insert(Early { speech_end_s, text });
         Ok(Some(&early.text))

@@ -139,16 +139,6 @@ impl VoiceAgent {
         TurnDetector::load(&self.cache, self.config.endpoint.clone())
     }
 
-    /// A call's early transcriber, when the configuration asks for one.
-    fn new_early_transcript(&self) -> Result<Option<early_transcript::EarlyTranscript>> {
-        Ok(match self.config.early_transcript {
-            true => Some(early_transcript::EarlyTranscript::new(Transcriber::load(
-                &self.cache,
-            )?)),
-            false => None,
-        })
-    }
-
     /// A replier for a new call (its own transcriber, voice and chat history).
     pub fn new_responder(&self) -> Result<Responder> {
         Ok(Responder::new(

@@ -54,15 +54,11 @@ impl VoiceAgent {
         observer: &mut dyn CallObserver,
     ) -> Result<Vec<TurnRecord>> {
         let mut responder = self.new_responder()?;
-        let mut caller = Caller::new(self, &responder, CallClock::Audio)?;
+        let checks_words =
+            self.config.interruptions.enabled || self.config.partial_transcripts_s.is_some();
+        let mut caller = Caller::new(self, &responder, CallClock::Audio, checks_words)?;
         let mut interruptions = Interruptions {
             rules: BargeIn::new(self.config.interruptions.clone()),
-            checker: match self.config.interruptions.enabled
-                || self.config.partial_transcripts_s.is_some()
-            {
-                true => Some(Transcriber::load(&self.cache)?),
-                false => None,
-            },
             cutter: responder.cutter(),
             caller_speech_s: None,
             speech_s: 0.0,
@@ -122,14 +118,21 @@ impl VoiceAgent {
                     )?;
                     let now_s = consumed as f64 / SPEECH_RATE as f64;
                     let voiced_until_s = caller.detector.voiced_until_s();
-                    interruptions.step(now_s, voiced_until_s, playout, observer)?;
+                    interruptions.step(
+                        now_s,
+                        voiced_until_s,
+                        caller.stt.as_mut(),
+                        playout,
+                        observer,
+                    )?;
                     if let (Some(every_s), Some(since_s)) = (
                         self.config.partial_transcripts_s,
                         interruptions.caller_speech_s,
                     ) {
                         let due = *next_partial_s.get_or_insert(since_s + every_s);
                         if now_s >= due {
-                            let text = interruptions.transcribe_since(since_s)?;
+                            let text =
+                                interruptions.transcribe_since(caller.stt.as_mut(), since_s)?;
                             observer.partial_transcript(&text);
                             next_partial_s = Some(now_s + every_s);
                         }
@@ -153,8 +156,6 @@ impl VoiceAgent {
 /// Carries out the barge-in rules on a live call.
 struct Interruptions {
     rules: BargeIn,
-    /// Transcribes an interruption to check it held words, and the partial transcripts.
-    checker: Option<Transcriber>,
     cutter: ReplyCutter,
     /// When the caller's current speech began.
     caller_speech_s: Option<f64>,
@@ -188,13 +189,13 @@ impl Interruptions {
     }
 
     /// What the caller said since `since_s`, from the audio kept.
-    fn transcribe_since(&mut self, since_s: f64) -> Result<String> {
+    fn transcribe_since(&self, stt: Option<&mut Transcriber>, since_s: f64) -> Result<String> {
         let from = ((since_s * SPEECH_RATE as f64) as usize)
             .saturating_sub(self.recent_start)
             .min(self.recent.len());
         let audio: Vec<f32> = self.recent.range(from..).copied().collect();
-        match self.checker.as_mut() {
-            Some(checker) => checker.transcribe(&audio),
+        match stt {
+            Some(stt) => stt.transcribe(&audio),
             None => Ok(String::new()),
         }
     }
@@ -203,6 +204,7 @@ impl Interruptions {
         &mut self,
         now_s: f64,
         voiced_until_s: Option<f64>,
+        mut stt: Option<&mut Transcriber>,
         playout: &Playout,
         observer: &mut dyn CallObserver,
     ) -> Result<()> {
@@ -219,9 +221,9 @@ impl Interruptions {
                     self.speech_s = self.caller_speech_s.unwrap_or(now_s);
                 }
                 BargeInAction::CheckWords { since_s } => {
-                    let words = match self.checker.is_some() {
-                        true => !self.transcribe_since(since_s)?.trim().is_empty(),
-                        false => true,
+                    let words = match stt.as_deref_mut() {
+                        Some(stt) => !self.transcribe_since(Some(stt), since_s)?.trim().is_empty(),
+                        None => true,
                     };
                     action = self.rules.on_words(words);
                 }
