@@ -8,7 +8,9 @@
 //! ```
 //!
 //! A configuration is `old` or `new`, optionally with changes: `new+preemptive`,
-//! `new-early` (no early transcript), `new+dynamic` (dynamic endpointing), `old+preemptive`.
+//! `new-early` (no early transcript), `new+dynamic` (dynamic endpointing), `old+preemptive`,
+//! `new+threshold=0.8` (Smart Turn's score that counts as sure), `new+unsure=1.5` (the wait
+//! for plain words the model is unsure of, in seconds).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -52,6 +54,7 @@ fn config(name: &str) -> Result<AgentConfig> {
                 ..AgentConfig::default()
             };
             old.endpoint.dynamic = false;
+            old.endpoint.end_of_turn_threshold = 0.5;
             old.endpoint.min_delay_s = 0.5;
             old.endpoint.max_delay_s = 3.0;
             old
@@ -63,11 +66,15 @@ fn config(name: &str) -> Result<AgentConfig> {
     while let Some(sign) = rest.chars().next() {
         let end = rest[1..].find(['+', '-']).map_or(rest.len(), |i| i + 1);
         let (change, on) = (&rest[1..end], sign == '+');
-        match change {
-            "preemptive" => config.preemptive_generation = on,
-            "early" => config.early_transcript = on,
-            "dynamic" => config.endpoint.dynamic = on,
-            other => bail!("unknown change {other:?} in {name:?}"),
+        match change.split_once('=') {
+            Some(("threshold", value)) => config.endpoint.end_of_turn_threshold = value.parse()?,
+            Some(("unsure", value)) => config.endpoint.unsure_words_delay_s = Some(value.parse()?),
+            _ => match change {
+                "preemptive" => config.preemptive_generation = on,
+                "early" => config.early_transcript = on,
+                "dynamic" => config.endpoint.dynamic = on,
+                other => bail!("unknown change {other:?} in {name:?}"),
+            },
         }
         rest = &rest[end..];
     }
