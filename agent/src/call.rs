@@ -141,7 +141,6 @@ impl VoiceAgent {
             });
             let turns = self.answer_live(audio_in, &playout, observer);
             feeder.join().expect("the feeder thread");
-            fed.store(true, Ordering::SeqCst);
             let track = speaker.join().expect("the speaker thread");
             Ok(CallOutcome {
                 turns: turns?,

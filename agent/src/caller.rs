@@ -112,13 +112,17 @@ impl Caller {
                     }
                 }
                 Dispatch::Preempt { speech_end_s } => {
-                    match (self.detector.turn_audio(speech_end_s), &early_text) {
-                        (Some(_), Some(text)) if text.is_empty() => self.dispatch.preempt_failed(),
-                        (Some(audio), _) => send(TurnWork::Preempt {
+                    // Nothing to answer when the stop's transcript holds no words.
+                    let audio = match early_text.as_deref() {
+                        Some("") => None,
+                        _ => self.detector.turn_audio(speech_end_s),
+                    };
+                    match audio {
+                        Some(audio) => send(TurnWork::Preempt {
                             audio,
                             transcript: early_text.take(),
                         })?,
-                        (None, _) => self.dispatch.preempt_failed(),
+                        None => self.dispatch.preempt_failed(),
                     }
                 }
                 Dispatch::Discard => send(TurnWork::Discard)?,

@@ -79,7 +79,6 @@ pub fn figures(calls: &[PlayedCall]) -> LatencyFigures {
     let mut answered: Vec<&TurnRecord> = Vec::new();
     let mut false_cut_offs = 0;
     let mut missed = 0;
-    let mut transcripts = Vec::new();
     for call in calls {
         false_cut_offs += call
             .ends_of_turn_s
@@ -92,10 +91,7 @@ pub fn figures(calls: &[PlayedCall]) -> LatencyFigures {
                     && r.caller_stop_s <= scripted.end_s + END_SLACK_S
             });
             match at_end {
-                Some(record) => {
-                    answered.push(record);
-                    transcripts.push(scripted.text.as_str());
-                }
+                Some(record) => answered.push(record),
                 None => missed += 1,
             }
         }

@@ -78,6 +78,36 @@ impl SchedulerArgs {
     }
 }
 
+/// What a process answering live calls takes: how the agent takes turns, how the engine is
+/// scheduled, and the agents' API beside the calls (`room`, `worker`).
+#[derive(Args, Debug, Clone)]
+pub struct CallArgs {
+    #[command(flatten)]
+    pub agent: AgentArgs,
+    #[command(flatten)]
+    pub scheduler: SchedulerArgs,
+    #[command(flatten)]
+    pub api: ApiArgs,
+}
+
+impl CallArgs {
+    /// The agent's configuration, on an engine shared with agents when `--api` is given.
+    pub fn config(&self) -> AgentConfig {
+        self.agent.config_sharing(self.api.shared())
+    }
+
+    /// Loads the voice agent, starts a runtime, and serves the agents' API on it (when
+    /// `--api` is given) on the calls' engine.
+    pub fn start(&self, program: &'static str) -> Result<(VoiceAgent, tokio::runtime::Runtime)> {
+        let (agent, engine) = self
+            .scheduler
+            .voice_agent_sharing(self.config(), self.api.shared())?;
+        let runtime = tokio::runtime::Runtime::new()?;
+        self.api.spawn(program, runtime.handle(), &engine)?;
+        Ok((agent, runtime))
+    }
+}
+
 /// The agents' OpenAI-compatible API, served from the process that answers the calls, on
 /// the same engine: the product's own shape, where make-room can protect the caller.
 #[derive(Args, Debug, Clone, Default)]
@@ -280,20 +310,18 @@ mod tests {
     #[derive(Parser)]
     struct CallCli {
         #[command(flatten)]
-        agent: AgentArgs,
-        #[command(flatten)]
-        scheduler: SchedulerArgs,
-        #[command(flatten)]
-        api: ApiArgs,
+        call: CallArgs,
     }
 
     /// make-room's switches and the turn hint a call's process runs with.
     fn shape(args: &[&str]) -> (Option<Switches>, bool) {
-        let cli = CallCli::try_parse_from(args).unwrap();
-        let shared = cli.api.shared();
-        let config = cli.scheduler.engine_config(&ModelCache::from_env(), shared);
+        let call = CallCli::try_parse_from(args).unwrap().call;
+        let shared = call.api.shared();
+        let config = call
+            .scheduler
+            .engine_config(&ModelCache::from_env(), shared);
         let switches = config.unwrap().make_room.map(|p| p.switches);
-        (switches, cli.agent.config_sharing(shared).turn_hints)
+        (switches, call.config().turn_hints)
     }
 
     #[test]

@@ -13,7 +13,7 @@ use anyhow::{bail, Result};
 use clap::Parser;
 use sublet_agent::livekit::LiveKitCredentials;
 use sublet_agent::turn_table;
-use sublet_demos::{AgentArgs, ApiArgs, Progress, SchedulerArgs};
+use sublet_demos::{CallArgs, Progress};
 
 #[derive(Parser, Debug)]
 #[command(name = "room")]
@@ -32,11 +32,7 @@ struct Args {
     #[arg(long, default_value = "sublet-agent")]
     identity: String,
     #[command(flatten)]
-    agent: AgentArgs,
-    #[command(flatten)]
-    scheduler: SchedulerArgs,
-    #[command(flatten)]
-    api: ApiArgs,
+    call: CallArgs,
 }
 
 fn run(args: Args) -> Result<()> {
@@ -57,12 +53,7 @@ fn run(args: Args) -> Result<()> {
             bail!("give --url and --token, or --room NAME with LiveKit's environment variables")
         }
     };
-    let shared = args.api.shared();
-    let (agent, engine) = args
-        .scheduler
-        .voice_agent_sharing(args.agent.config_sharing(shared), shared)?;
-    let runtime = tokio::runtime::Runtime::new()?;
-    args.api.spawn("room", runtime.handle(), &engine)?;
+    let (agent, runtime) = args.call.start("room")?;
     eprintln!("room: joining {url}");
     let call = agent.answer_room(runtime.handle(), &url, &token, &mut Progress::default())?;
     println!("{}", turn_table(&call.turns));

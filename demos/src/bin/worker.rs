@@ -14,7 +14,7 @@ use anyhow::Result;
 use clap::Parser;
 use sublet_agent::livekit::{LiveKitCredentials, WorkerOptions};
 use sublet_agent::{turn_table, CallObserver};
-use sublet_demos::{AgentArgs, ApiArgs, Progress, SchedulerArgs};
+use sublet_demos::{CallArgs, Progress};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 
@@ -31,11 +31,7 @@ struct Args {
     #[arg(long, default_value_t = 4)]
     max_calls: usize,
     #[command(flatten)]
-    agent: AgentArgs,
-    #[command(flatten)]
-    scheduler: SchedulerArgs,
-    #[command(flatten)]
-    api: ApiArgs,
+    call: CallArgs,
 }
 
 fn run(args: Args) -> Result<()> {
@@ -43,12 +39,7 @@ fn run(args: Args) -> Result<()> {
     if let Some(url) = args.url {
         credentials.url = url;
     }
-    let shared = args.api.shared();
-    let (agent, engine) = args
-        .scheduler
-        .voice_agent_sharing(args.agent.config_sharing(shared), shared)?;
-    let runtime = tokio::runtime::Runtime::new()?;
-    args.api.spawn("worker", runtime.handle(), &engine)?;
+    let (agent, runtime) = args.call.start("worker")?;
     let (drain_tx, drain) = watch::channel(false);
     runtime.spawn(async move {
         let (Ok(mut term), Ok(mut interrupt)) = (
