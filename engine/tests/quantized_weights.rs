@@ -28,7 +28,7 @@ fn quantized_products_equal_the_dequantized_f32_products() -> candle_core::Resul
     for dtype in [GgmlDType::Q4_0, GgmlDType::Q4_1, GgmlDType::Q8_0] {
         let quantized = QTensor::quantize(&weights, dtype)?;
         let dequantized = quantized.dequantize(&Device::Cpu)?;
-        for m in [1, 2, 3, 8, 16, 17, 40] {
+        for m in [1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 16, 17, 40] {
             let xs = Tensor::from_vec(values(m * k, m as u64 + 7), (1, m, k), &Device::Cpu)?;
             let got = xs.apply_op1_no_bwd(&quantized)?;
             let want = xs.broadcast_matmul(&dequantized.t()?)?;
@@ -44,6 +44,45 @@ fn quantized_products_equal_the_dequantized_f32_products() -> candle_core::Resul
                 worst <= 1e-5 * scale,
                 "{dtype:?}, {m} rows: off by {worst} (largest value {scale})"
             );
+        }
+    }
+    Ok(())
+}
+
+/// With AVX-512 every few-row tile sums a product in the same order, so a sequence's
+/// logits do not depend on how many others share its decode pass (what lets a batched
+/// greedy decode match the sequence decoded alone).
+#[test]
+fn a_rows_product_does_not_depend_on_the_rows_beside_it() -> candle_core::Result<()> {
+    if !is_x86_feature_detected!("avx512f") {
+        eprintln!("no AVX-512 here: the AVX2 kernels sum in a per-row-count order");
+        return Ok(());
+    }
+    let (k, n) = (1536, 202);
+    let weights = Tensor::from_vec(values(n * k, 3), (n, k), &Device::Cpu)?;
+    for dtype in [GgmlDType::Q4_0, GgmlDType::Q4_1, GgmlDType::Q8_0] {
+        let quantized = QTensor::quantize(&weights, dtype)?;
+        let all = Tensor::from_vec(values(16 * k, 11), (1, 16, k), &Device::Cpu)?;
+        let alone: Vec<Vec<f32>> = (0..16)
+            .map(|r| {
+                let row = all.narrow(1, r, 1)?.contiguous()?;
+                row.apply_op1_no_bwd(&quantized)?
+                    .flatten_all()?
+                    .to_vec1::<f32>()
+            })
+            .collect::<candle_core::Result<_>>()?;
+        for m in 2..=16 {
+            let rows = all.narrow(1, 0, m)?.contiguous()?;
+            let together = rows
+                .apply_op1_no_bwd(&quantized)?
+                .squeeze(0)?
+                .to_vec2::<f32>()?;
+            for (r, got) in together.iter().enumerate() {
+                assert!(
+                    got == &alone[r],
+                    "{dtype:?}: row {r} of {m} differs from alone"
+                );
+            }
         }
     }
     Ok(())
