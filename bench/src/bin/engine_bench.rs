@@ -38,6 +38,9 @@ struct Args {
     /// The Python with llama-cpp-python installed (`cargo xtask engine-bench` passes it).
     #[arg(long)]
     llama_python: Option<PathBuf>,
+    /// Tokens each of the sequences decoding together decodes (longer runs for profiling).
+    #[arg(long, default_value_t = SpeedOptions::default().multi_tokens)]
+    multi_tokens: usize,
     /// Skip llama.cpp: the engine's figures only, without ratios.
     #[arg(long)]
     no_llama: bool,
@@ -90,6 +93,7 @@ fn run(args: Args) -> Result<()> {
     }
     let options = SpeedOptions {
         repeats: args.repeats.max(1),
+        multi_tokens: args.multi_tokens,
         ..SpeedOptions::default()
     };
     let llama_python = match (&args.llama_python, args.no_llama) {
