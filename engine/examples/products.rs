@@ -1,7 +1,8 @@
 //! Times the bundled model's weight products alone, per decode step, for 1–8 rows: the
 //! part of a step a faster few-row kernel moves.
 //!
-//! `cargo run --release -p sublet-engine --example products [-- PATH.gguf]`
+//! `cargo build --release --workspace --examples`, then `target/release/examples/products
+//! [PATH.gguf]` (`-p sublet-engine` would build mistral.rs with other features).
 
 use candle_core::quantized::{gguf_file, QMatMul};
 use candle_core::{Device, Module, Tensor};

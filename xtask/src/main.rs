@@ -161,7 +161,7 @@ fn demo(extra: &[String]) -> Result<()> {
     std::fs::create_dir_all(&out)?;
     let call = cache.call(calls::DEMO_CALL)?;
     eprintln!("demo: building and answering {}", call.display());
-    let mut command = cargo_run("sublet-demos", "playback");
+    let mut command = cargo_run("sublet-demos", "playback")?;
     command
         .arg(&call)
         .arg("--out")
@@ -174,28 +174,28 @@ fn demo(extra: &[String]) -> Result<()> {
 
 fn probe(extra: &[String]) -> Result<()> {
     setup()?;
-    let mut command = cargo_run("sublet-engine", "make_room_probe");
+    let mut command = cargo_run("sublet-engine", "make_room_probe")?;
     command.args(extra);
     run(command)
 }
 
 fn bench(extra: &[String]) -> Result<()> {
     setup()?;
-    let mut command = cargo_run("sublet-bench", "bench");
+    let mut command = cargo_run("sublet-bench", "bench")?;
     command.args(extra);
     run(command)
 }
 
 fn latency(extra: &[String]) -> Result<()> {
     setup()?;
-    let mut command = cargo_run("sublet-bench", "latency");
+    let mut command = cargo_run("sublet-bench", "latency")?;
     command.args(extra);
     run(command)
 }
 
 fn engine_bench(extra: &[String]) -> Result<()> {
     let cache = setup()?;
-    let mut command = cargo_run("sublet-bench", "engine_bench");
+    let mut command = cargo_run("sublet-bench", "engine_bench")?;
     if !extra.iter().any(|a| a == "--no-llama") {
         let python = client_env::ensure_llama_cpp(&cache)?;
         command.arg("--llama-python").arg(python);
@@ -204,11 +204,61 @@ fn engine_bench(extra: &[String]) -> Result<()> {
     run(command)
 }
 
-/// `cargo run --release -p PACKAGE --bin BIN --`, arguments to follow.
-fn cargo_run(package: &str, bin: &str) -> Command {
-    let mut command = cargo();
-    command.args(["run", "--release", "-p", package, "--bin", bin, "--"]);
-    command
+/// `BIN` of `PACKAGE`, built first with the whole workspace's features (those `cargo xtask
+/// test` builds with), arguments to follow. `cargo run -p PACKAGE` would resolve features for
+/// that package alone, and so rebuild mistral.rs after a test run (about 3 minutes here).
+fn cargo_run(package: &str, bin: &str) -> Result<Command> {
+    let mut build = cargo();
+    build
+        .args(["build", "--release", "--workspace", "--bins"])
+        .arg("--message-format=json-render-diagnostics")
+        .stdout(std::process::Stdio::piped());
+    eprintln!("xtask: cargo build --release --workspace --bins (for {bin})");
+    let mut child = build.spawn().context("starting cargo build")?;
+    let stdout = child.stdout.take().context("cargo build's output")?;
+    let executable = built_executable(std::io::BufReader::new(stdout), package, bin);
+    let status = child.wait()?;
+    if !status.success() {
+        bail!("cargo build --release --workspace --bins failed ({status})");
+    }
+    let executable =
+        executable?.with_context(|| format!("cargo built no binary {bin} of {package}"))?;
+    let mut command = Command::new(executable);
+    command.current_dir(repo_root());
+    Ok(command)
+}
+
+/// Whether a cargo package id (`path+file:///…#NAME@VERSION`, or older cargo's `NAME VERSION
+/// (…)`) names `package`.
+fn is_package(id: &str, package: &str) -> bool {
+    id.contains(&format!("#{package}@")) || id.starts_with(&format!("{package} "))
+}
+
+/// The path of `package`'s binary `bin` in cargo's JSON messages.
+fn built_executable(
+    messages: impl std::io::BufRead,
+    package: &str,
+    bin: &str,
+) -> Result<Option<PathBuf>> {
+    let mut found = None;
+    for line in messages.lines() {
+        let message: serde_json::Value = match serde_json::from_str(&line?) {
+            Ok(message) => message,
+            Err(_) => continue,
+        };
+        let is_bin = message["reason"] == "compiler-artifact"
+            && message["target"]["name"] == bin
+            && message["target"]["kind"]
+                .as_array()
+                .is_some_and(|kinds| kinds.iter().any(|k| k == "bin"))
+            && message["package_id"]
+                .as_str()
+                .is_some_and(|id| is_package(id, package));
+        if let (true, Some(path)) = (is_bin, message["executable"].as_str()) {
+            found = Some(PathBuf::from(path));
+        }
+    }
+    Ok(found)
 }
 
 fn test(extra: &[String]) -> Result<()> {
