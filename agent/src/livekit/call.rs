@@ -10,7 +10,7 @@ use sublet_audio::SPEECH_RATE;
 use sublet_turn_detect::TurnEvent;
 use tokio::sync::{mpsc, watch};
 
-use super::{RoomConnection, RoomEvent};
+use super::{CallEnd, RoomConnection, RoomEvent};
 use crate::call::CallObserver;
 use crate::playout::Playout;
 use crate::record::TurnRecord;
@@ -37,7 +37,7 @@ pub struct RoomCall {
     /// How long each resume of a dropped signal connection took.
     pub signal_resumes: Vec<Duration>,
     /// Why the call ended.
-    pub ended: String,
+    pub ended: CallEnd,
 }
 
 /// The agent's state as LiveKit's clients show it (participant attribute `lk.agent.state`).
@@ -236,12 +236,12 @@ impl VoiceAgent {
                             if *caller.get_or_insert_with(|| identity.clone()) == identity {
                                 last_audio = Instant::now();
                                 if audio_tx.send(samples).is_err() {
-                                    break "the agent stopped listening".to_owned();
+                                    break CallEnd::AgentStopped;
                                 }
                             }
                         }
                         Some(RoomEvent::ParticipantLeft { identity }) if caller.as_ref() == Some(&identity) => {
-                            break format!("{identity} left the room");
+                            break CallEnd::CallerLeft { identity };
                         }
                         Some(RoomEvent::Resumed { dropped, attempts, after }) => {
                             eprintln!(
@@ -250,9 +250,9 @@ impl VoiceAgent {
                             );
                             resumes.push(after);
                         }
-                        Some(RoomEvent::Disconnected { reason }) => break reason,
+                        Some(RoomEvent::Disconnected { reason }) => break CallEnd::SignalLost { reason: Some(reason) },
                         Some(_) => {}
-                        None => break "the room connection ended".to_owned(),
+                        None => break CallEnd::SignalLost { reason: None },
                     },
                     Ok(()) = hang_up.changed(), if hanging_up.is_none() => {
                         if *hang_up.borrow() {
@@ -262,14 +262,14 @@ impl VoiceAgent {
                     _ = tick.tick() => {
                         if let Some(since) = hanging_up {
                             if listener_activity.idle() {
-                                break "the agent hung up after the turn in progress".to_owned();
+                                break CallEnd::HungUp { turn_in_progress: false, grace: HANG_UP_GRACE };
                             }
                             if since.elapsed() >= HANG_UP_GRACE {
-                                break format!("the agent hung up; a turn was still in progress after {} s", HANG_UP_GRACE.as_secs());
+                                break CallEnd::HungUp { turn_in_progress: true, grace: HANG_UP_GRACE };
                             }
                         }
                         if caller.is_none() && joined.elapsed() >= NOBODY_TIMEOUT {
-                            break format!("nobody spoke in the room for {} s", NOBODY_TIMEOUT.as_secs());
+                            break CallEnd::NobodySpoke(NOBODY_TIMEOUT);
                         }
                         if caller.is_some() && last_audio.elapsed() >= SILENCE_AFTER {
                             let silence = vec![0.0; (SPEECH_RATE as f64 * TICK.as_secs_f64()) as usize];

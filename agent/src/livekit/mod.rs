@@ -8,10 +8,12 @@
 //! - `publish.rs`: the agent's voice, as Opus packets on its microphone track;
 //! - `call.rs`: one call in a room, through the voice pipeline;
 //! - `worker.rs`: the agent as a LiveKit agent worker, taking calls as the server assigns them;
+//! - `ended.rs`: why a call or a worker stopped;
 //! - `peer.rs`: one WebRTC peer connection, as both the agent and the test server use it.
 
 mod call;
 mod connection;
+mod ended;
 pub mod peer;
 mod publish;
 mod token;
@@ -19,6 +21,7 @@ mod worker;
 
 pub use call::RoomCall;
 pub use connection::{RoomConnection, RoomEvent};
+pub use ended::{CallEnd, WorkerEnd};
 pub use publish::AudioPublisher;
 pub use token::{agent_grants, LiveKitCredentials};
 pub use worker::{JobReport, WorkerOptions, WorkerReport};

@@ -15,7 +15,7 @@ use proto::server_message::Message as FromServer;
 use proto::worker_message::Message as ToServer;
 use tokio::sync::{mpsc, watch};
 
-use super::{LiveKitCredentials, RoomCall};
+use super::{LiveKitCredentials, RoomCall, WorkerEnd};
 use crate::call::CallObserver;
 use crate::VoiceAgent;
 
@@ -51,7 +51,7 @@ pub struct WorkerReport {
     /// Offers declined because the worker was full or draining.
     pub declined: usize,
     /// Why the worker stopped.
-    pub ended: String,
+    pub ended: WorkerEnd,
 }
 
 /// A job the server assigned, for a call thread to answer.
@@ -211,7 +211,7 @@ async fn serve(
     mut drain: watch::Receiver<bool>,
     assigned: std::sync::mpsc::Sender<Assigned>,
     mut done: mpsc::UnboundedReceiver<JobDone>,
-) -> (usize, String) {
+) -> (usize, WorkerEnd) {
     let mut worker = WorkerState {
         options,
         hang_ups: HashMap::new(),
@@ -232,8 +232,8 @@ async fn serve(
                         }
                     }
                 }
-                Ok(None) => break "the LiveKit server closed the worker connection".to_owned(),
-                Err(e) => break format!("{e:#}"),
+                Ok(None) => break WorkerEnd::ServerClosed,
+                Err(e) => break WorkerEnd::Failed(format!("{e:#}")),
             },
             Some((job_id, error)) = done.recv() => {
                 worker.hang_ups.remove(&job_id);
@@ -241,7 +241,7 @@ async fn serve(
                 let _ = send(&*connection, job_update(&job_id, status, error.unwrap_or_default())).await;
                 let _ = send(&*connection, worker.status()).await;
                 if worker.draining && worker.hang_ups.is_empty() {
-                    break "drained: every call ended".to_owned();
+                    break WorkerEnd::Drained { calls_were_running: true };
                 }
             }
             Ok(()) = drain.changed(), if !worker.draining => {
@@ -252,7 +252,7 @@ async fn serve(
                     }
                     let _ = send(&*connection, worker.status()).await;
                     if worker.hang_ups.is_empty() {
-                        break "drained: no calls were running".to_owned();
+                        break WorkerEnd::Drained { calls_were_running: false };
                     }
                 }
             }
