@@ -274,6 +274,48 @@ pub fn decode(
     })
 }
 
+/// Several sequences against one, measured in turn on one engine: each pair's ratio, so
+/// that a slow spell of a shared machine weighs on both sides of a ratio, not on one.
+#[derive(Debug, Clone, Serialize)]
+pub struct PairedRatio {
+    pub sequences: usize,
+    /// Each pair's total tokens/s of the sequences together ÷ one sequence's.
+    pub ratios: Vec<f64>,
+    pub median_ratio: f64,
+}
+
+/// `pairs` turns of one sequence then each of the workload's sets of sequences, one run
+/// each; a ratio a set per turn.
+pub fn paired_ratios(
+    engine: &Arc<Engine>,
+    workload: &Workload,
+    options: &SpeedOptions,
+    pairs: usize,
+) -> Result<Vec<PairedRatio>> {
+    let mut ratios = vec![Vec::new(); workload.multi.len()];
+    for _ in 0..pairs {
+        let single = decode(
+            engine,
+            std::slice::from_ref(&workload.decode),
+            options.decode_tokens,
+            1,
+        )?;
+        for (set, prompts) in ratios.iter_mut().zip(&workload.multi) {
+            let together = decode(engine, prompts, options.multi_tokens, 1)?;
+            set.push(together.total_tokens_per_s / single.total_tokens_per_s);
+        }
+    }
+    Ok(ratios
+        .into_iter()
+        .zip(&workload.multi)
+        .map(|(ratios, prompts)| PairedRatio {
+            sequences: prompts.len(),
+            median_ratio: crate::stats::percentile(&ratios, 50.0),
+            ratios,
+        })
+        .collect())
+}
+
 /// A voice reply's gaps, with `agents` agent requests already decoding beside it.
 pub fn voice_gaps(
     engine: &Arc<Engine>,

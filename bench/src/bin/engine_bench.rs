@@ -2,8 +2,8 @@
 //! and prompts, in one run (see [`sublet_bench::engine_speed`]).
 //!
 //! ```text
-//! engine_bench [--json PATH] [--weights f32|f16|quantized] [--repeats N]
-//!              [--llama-python PYTHON] [--no-llama]
+//! engine_bench [--json PATH] [--weights f32|f16|quantized] [--repeats N] [--pairs N]
+//!              [--multi-tokens N] [--llama-python PYTHON] [--no-llama]
 //! ```
 //!
 //! The engine is measured first with mistral.rs's own scheduler, then with make-room's;
@@ -41,6 +41,10 @@ struct Args {
     /// Tokens each of the sequences decoding together decodes (longer runs for profiling).
     #[arg(long, default_value_t = SpeedOptions::default().multi_tokens)]
     multi_tokens: usize,
+    /// Turns of one sequence then each set of sequences on make-room's engine, for the
+    /// ratios measured in pairs.
+    #[arg(long, default_value_t = 5)]
+    pairs: usize,
     /// Skip llama.cpp: the engine's figures only, without ratios.
     #[arg(long)]
     no_llama: bool,
@@ -137,6 +141,11 @@ fn run(args: Args) -> Result<()> {
     progress("loading the engine with make-room's scheduler");
     let engine = load(args.weights, Some(make_room_config()))?;
     let multi_make_room = decode_multi(&engine, &workload, &options, "make-room: ")?;
+    progress(format!(
+        "make-room: one sequence, then each set of sequences, in turn ×{}",
+        args.pairs
+    ));
+    let paired = speed::paired_ratios(&engine, &workload, &options, args.pairs)?;
     progress("make-room: a voice reply alone");
     let voice_alone = speed::voice_gaps(&engine, &workload, 0, options.voice_gaps)?;
     // Without the decode hold the agents decode through the voice reply: the gap then
@@ -178,6 +187,7 @@ fn run(args: Args) -> Result<()> {
         "decode_1": single,
         "decode_multi_stock": multi_stock,
         "decode_multi_make_room": multi_make_room,
+        "decode_multi_make_room_paired": paired,
         "voice_gap_alone": voice_alone,
         "voice_gap_beside_agents": voice_beside,
         "voice_gap_beside_agents_decode_hold": voice_beside_hold,
@@ -432,6 +442,26 @@ fn print_table(report: &Value) {
             f(&m["ratio_to_single"]),
             f(&mr["ratio_to_single"])
         );
+        let paired = &report["decode_multi_make_room_paired"][i];
+        let ratios: Vec<f64> = paired["ratios"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(f)
+            .collect();
+        if !ratios.is_empty() {
+            let (low, high) = ratios
+                .iter()
+                .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &r| {
+                    (l.min(r), h.max(r))
+                });
+            println!(
+                "{:<44} {:>10.2}× median of {} (make-room, {low:.2}–{high:.2})",
+                format!("  {n} ÷ one, measured in turn"),
+                f(&paired["median_ratio"]),
+                ratios.len()
+            );
+        }
     }
     row(
         "resident memory, peak MB".into(),
