@@ -26,7 +26,7 @@ use sublet_models::ModelCache;
 
 pub use stream::{EngineError, Finish, ReplyStream, StreamEvent};
 
-pub mod make_room;
+pub use sublet_make_room as make_room;
 pub mod probe;
 pub mod server;
 

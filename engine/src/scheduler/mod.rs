@@ -74,8 +74,6 @@ pub struct MakeRoomScheduler {
     /// What of the step being run has been handed to the engine, and its passes not yet.
     executed: Plan,
     passes: VecDeque<Pass>,
-    /// Most urgent priority among the queued passes.
-    queued_priority: Option<i32>,
     epoch: Instant,
     schedule_ns: u64,
     handle: MakeRoomHandle,
@@ -168,7 +166,6 @@ impl MakeRoomScheduler {
             running: Vec::new(),
             executed: Plan::default(),
             passes: VecDeque::new(),
-            queued_priority: None,
             epoch: Instant::now(),
             schedule_ns: 0,
             handle: handle.clone(),
@@ -230,20 +227,6 @@ impl MakeRoomScheduler {
         }
     }
 
-    /// The call's turn has arrived: a hint for it that has not started would only compute
-    /// the prompt the turn computes itself (both arrive together when the engine was busy
-    /// in a long pass), so it leaves; dropping its sequence ends its stream.
-    fn drop_superseded_hints(&mut self, call: u64) {
-        if !self.policy.config().switches.turn_hint {
-            return;
-        }
-        let policy = &mut self.policy;
-        self.waiting.retain(|seq| {
-            let hint = seq.session() == Some(call) && seq.max_new_tokens() == Some(1);
-            !(hint && policy.withdraw_hint(key(seq)))
-        });
-    }
-
     /// Plans the next step and queues its passes.
     fn plan_step(&mut self) {
         for call in self.handle.take_first_sentences() {
@@ -270,13 +253,6 @@ impl MakeRoomScheduler {
             "plan admitted={:?} preempted={:?} prefill={:?} decode={:?} held={:?} kv={kv}",
             plan.admitted, plan.preempted, plan.prefill, plan.decode, plan.held
         ));
-        self.queued_priority = plan
-            .decode
-            .iter()
-            .chain(plan.prefill.iter().map(|(id, _)| id))
-            .filter_map(|id| self.policy.request(*id))
-            .map(|r| r.priority)
-            .min();
         self.publish(&plan);
         // Progress is counted as passes are handed out; holds count for the whole step.
         self.executed = Plan {
@@ -452,20 +428,6 @@ impl Scheduler for MakeRoomScheduler {
     fn add_seq(&mut self, seq: Sequence) {
         self.apply_new_switches();
         let max_new = seq.max_new_tokens().unwrap_or(DEFAULT_MAX_NEW);
-        // A one-token request for a call is that call's turn hint (DESIGN §2).
-        if max_new == 1 && seq.session().is_some() {
-            self.policy.turn_hint(seq.priority(), self.now_ms());
-        } else if let Some(call) = seq.session() {
-            self.drop_superseded_hints(call);
-        }
-        // With priority on, a request more urgent than all the queued work is planned for
-        // at once: it waits for the pass in flight, not for the rest of the step.
-        if self.policy.config().switches.priority
-            && self.queued_priority.is_some_and(|p| seq.priority() < p)
-        {
-            self.passes.clear();
-            self.queued_priority = None;
-        }
         // A prefix-cache hit arrives holding the KV of its first `token_offset` tokens,
         // with only the rest of its prompt left to compute.
         let cached = seq.prefix_cache_len();
@@ -483,8 +445,14 @@ impl Scheduler for MakeRoomScheduler {
             "add id={} priority={} session={:?} prompt={prompt_len} cached={cached} max_new={max_new}",
             request.id, request.priority, request.call
         ));
-        match self.policy.add(request) {
-            Ok(()) => {
+        match self.policy.add(request, self.now_ms()) {
+            Ok(admitted) => {
+                // Dropping a withdrawn hint's sequence ends its stream.
+                self.waiting
+                    .retain(|s| !admitted.withdrawn_hints.contains(&key(s)));
+                if admitted.replan_now {
+                    self.passes.clear();
+                }
                 seq.set_state(SequenceState::Waiting);
                 self.waiting.push(seq);
             }

@@ -10,7 +10,7 @@ fn policy_with(requests: &[(u64, i32, usize)]) -> make_room::Scheduler {
     });
     for &(id, priority, prompt) in requests {
         policy
-            .add(Request::new(id, priority, None, prompt, 64))
+            .add(Request::new(id, priority, None, prompt, 64), 0)
             .unwrap();
     }
     policy
@@ -36,7 +36,9 @@ fn a_step_splits_into_batchable_passes_most_urgent_first() {
     );
     let mut policy = make_room::Scheduler::new(PolicyConfig::default());
     for (id, prompt) in [(1, 40), (2, 40), (3, 50)] {
-        policy.add(Request::new(id, 1, None, prompt, 64)).unwrap();
+        policy
+            .add(Request::new(id, 1, None, prompt, 64), 0)
+            .unwrap();
     }
     let plan = policy.schedule(0);
     assert_eq!(
@@ -75,12 +77,12 @@ fn unequal_decodes_join_the_most_urgent_decode_ahead_of_prompts() {
     let mut policy = make_room::Scheduler::new(PolicyConfig::default());
     for (id, priority, prompt) in [(1, 1, 40), (2, 1, 50), (3, 0, 12)] {
         policy
-            .add(Request::new(id, priority, None, prompt, 64))
+            .add(Request::new(id, priority, None, prompt, 64), 0)
             .unwrap();
     }
     let plan = policy.schedule(0);
     policy.finish_step(&plan, 1, &[]);
-    policy.add(Request::new(4, 1, None, 30, 64)).unwrap();
+    policy.add(Request::new(4, 1, None, 30, 64), 0).unwrap();
     let plan = policy.schedule(2);
     let out = passes(&policy, &plan, true);
     let Pass::Decode(ids) = &out[0] else {

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::types::{Counters, Plan, PolicyConfig, Refused, Request, Switches};
+use crate::types::{Counters, Plan, PolicyConfig, Request, Switches};
 
 #[derive(Debug, Clone)]
 struct Hint {
@@ -21,11 +21,13 @@ struct Retained {
 /// The scheduling state and its decisions.
 #[derive(Debug, Clone)]
 pub struct Scheduler {
-    config: PolicyConfig,
-    requests: BTreeMap<u64, Request>,
+    pub(crate) config: PolicyConfig,
+    pub(crate) requests: BTreeMap<u64, Request>,
     next_admission: u64,
     hints: Vec<Hint>,
     retained: Vec<Retained>,
+    /// The most urgent priority the last plan computes for (see [`crate::Admitted`]).
+    pub(crate) planned_priority: Option<i32>,
     pub counters: Counters,
 }
 
@@ -37,6 +39,7 @@ impl Scheduler {
             next_admission: 0,
             hints: Vec::new(),
             retained: Vec::new(),
+            planned_priority: None,
             counters: Counters::default(),
         }
     }
@@ -52,18 +55,6 @@ impl Scheduler {
             self.retained.clear();
         }
         self.config.switches = switches;
-    }
-
-    pub fn add(&mut self, request: Request) -> Result<(), Refused> {
-        if request.peak_kv() > self.config.kv_budget_tokens {
-            self.counters.refused += 1;
-            return Err(Refused::TooLong {
-                needed: request.peak_kv(),
-                budget: self.config.kv_budget_tokens,
-            });
-        }
-        self.requests.insert(request.id, request);
-        Ok(())
     }
 
     /// A caller of `priority` stopped speaking: hold less urgent prefill for a while.
@@ -94,17 +85,6 @@ impl Scheduler {
                 r.first_sentence_out = true;
             }
         }
-    }
-
-    /// Withdraws a turn hint that has not started (its turn arrived first); returns whether
-    /// it was waiting. Its hold stays.
-    pub fn withdraw_hint(&mut self, id: u64) -> bool {
-        let waiting = self.requests.get(&id).is_some_and(|r| !r.running);
-        if waiting {
-            self.requests.remove(&id);
-            self.counters.hints_superseded += 1;
-        }
-        waiting
     }
 
     pub fn requests(&self) -> impl Iterator<Item = &Request> {
@@ -379,6 +359,13 @@ impl Scheduler {
             .count();
         self.counters.hold_releases += releases as u64;
         self.counters.held_request_steps += plan.held.len() as u64;
+        self.planned_priority = plan
+            .decode
+            .iter()
+            .chain(plan.prefill.iter().map(|(id, _)| id))
+            .filter_map(|id| self.requests.get(id))
+            .map(|r| r.priority)
+            .min();
         plan
     }
 
@@ -546,9 +533,11 @@ mod tests {
             scheduler.finish_step(&plan, at + 1, &[]);
             plan
         };
-        scheduler.add(Request::new(1, 1, None, 20, 200)).unwrap();
+        scheduler.add(Request::new(1, 1, None, 20, 200), 0).unwrap();
         step(&mut scheduler, 0);
-        scheduler.add(Request::new(2, 0, Some(7), 30, 48)).unwrap();
+        scheduler
+            .add(Request::new(2, 0, Some(7), 30, 48), 0)
+            .unwrap();
         for at in 1..4 {
             let plan = step(&mut scheduler, at);
             assert_eq!(plan.held, vec![1], "the agent waits out the turn's window");
@@ -564,36 +553,16 @@ mod tests {
         );
         assert_eq!(scheduler.counters.first_sentence_releases, 1);
         // Unless asked to, the hold lasts the window.
-        without.add(Request::new(1, 1, None, 20, 200)).unwrap();
+        without.add(Request::new(1, 1, None, 20, 200), 0).unwrap();
         step(&mut without, 0);
-        without.add(Request::new(2, 0, Some(7), 30, 48)).unwrap();
+        without.add(Request::new(2, 0, Some(7), 30, 48), 0).unwrap();
         without.first_sentence_out(7);
         assert_eq!(step(&mut without, 1).held, vec![1]);
         assert_eq!(without.counters.first_sentence_releases, 0);
         // The call's next turn holds the agent again.
-        scheduler.add(Request::new(3, 0, Some(7), 30, 48)).unwrap();
+        scheduler
+            .add(Request::new(3, 0, Some(7), 30, 48), 0)
+            .unwrap();
         assert_eq!(step(&mut scheduler, 6).held, vec![1]);
-    }
-
-    #[test]
-    fn a_hint_its_turn_overtook_is_withdrawn_only_while_waiting() {
-        let mut scheduler = Scheduler::new(PolicyConfig {
-            switches: Switches::all(),
-            ..PolicyConfig::default()
-        });
-        scheduler.add(Request::new(1, 0, Some(7), 40, 1)).unwrap();
-        scheduler.turn_hint(0, 0);
-        scheduler.add(Request::new(2, 0, Some(7), 50, 48)).unwrap();
-        assert!(scheduler.withdraw_hint(1));
-        assert!(scheduler.request(1).is_none() && !scheduler.withdraw_hint(1));
-        let plan = scheduler.schedule(0);
-        assert_eq!(plan.admitted, vec![2], "{plan:?}");
-        assert_eq!(scheduler.counters.hints_superseded, 1);
-        // A hint already running finishes.
-        scheduler.add(Request::new(3, 0, Some(8), 40, 1)).unwrap();
-        scheduler.finish_step(&plan, 1, &[]);
-        let plan = scheduler.schedule(1);
-        assert!(plan.admitted.contains(&3), "{plan:?}");
-        assert!(!scheduler.withdraw_hint(3));
     }
 }

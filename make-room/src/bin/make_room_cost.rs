@@ -7,8 +7,8 @@
 
 use std::time::{Duration, Instant};
 
-use sublet_engine::make_room::sim::{random_workload, Arrival};
-use sublet_engine::make_room::{PolicyConfig, Scheduler, Switches};
+use sublet_make_room::sim::{random_workload, Arrival};
+use sublet_make_room::{PolicyConfig, Scheduler, Switches};
 
 /// Steps a workload to its end, timing only the scheduler's calls.
 fn time_workload(seed: u64, switches: &Switches) -> (Duration, u64) {
@@ -22,7 +22,7 @@ fn time_workload(seed: u64, switches: &Switches) -> (Duration, u64) {
         while next < workload.arrivals.len() && workload.arrivals[next].0 <= now {
             match &workload.arrivals[next].1 {
                 Arrival::Request(r) => {
-                    let _ = scheduler.add(r.clone());
+                    let _ = scheduler.add(r.clone(), now);
                 }
                 Arrival::Hint(p) => scheduler.turn_hint(*p, now),
             }
@@ -39,7 +39,7 @@ fn time_workload(seed: u64, switches: &Switches) -> (Duration, u64) {
         }
         let started = Instant::now();
         let plan = scheduler.schedule(now);
-        now += sublet_engine::make_room::sim::step_cost_ms(&plan) + 1;
+        now += sublet_make_room::sim::step_cost_ms(&plan) + 1;
         scheduler.finish_step(&plan, now, &[]);
         spent += started.elapsed();
         steps += 1;

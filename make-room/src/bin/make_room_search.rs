@@ -8,7 +8,7 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
-use sublet_engine::make_room::sim;
+use sublet_make_room::sim;
 
 fn main() -> ExitCode {
     let mut workloads = 1_000_000u64;

@@ -84,7 +84,7 @@ pub struct PolicyConfig {
     /// when the transcript is slow.
     pub hint_hold_ms: u64,
     /// End a turn's hold when its agent has the reply's first sentence
-    /// ([`super::Scheduler::first_sentence_out`]), not only at the window's end. Off by
+    /// ([`crate::Scheduler::first_sentence_out`]), not only at the window's end. Off by
     /// default: on a CPU the rest of the reply then decodes beside every agent's pass, and
     /// agents lost more to the longer small-chunk phase than the shorter hold gave them.
     pub release_at_first_sentence: bool,

@@ -3,9 +3,13 @@
 //!
 //! Invariants: no stall (work to do and nothing computed for more than `window_tokens`
 //! steps in a row), KV never over budget, no request lost (every admitted request
-//! finishes), and with equal priorities the same steps as with every switch off.
+//! finishes, or is a turn hint withdrawn for its turn), no superseded hint computed (a
+//! hint still waiting when its call's turn arrives never runs, with the turn hint on), and
+//! with equal priorities the same steps as with every switch off.
 
-use super::{Plan, PolicyConfig, Request, Scheduler, Switches};
+use std::collections::BTreeSet;
+
+use crate::{Plan, PolicyConfig, Request, RequestKind, Scheduler, Switches};
 
 /// Something that happens at a time in a workload.
 #[derive(Debug, Clone, PartialEq)]
@@ -29,6 +33,8 @@ pub struct RunReport {
     pub steps: u64,
     pub finished: usize,
     pub refused: usize,
+    /// Turn hints withdrawn because their turn arrived first.
+    pub withdrawn: usize,
     /// The broken invariant, if any.
     pub violation: Option<String>,
     /// Every step's plan (only when asked for).
@@ -37,7 +43,7 @@ pub struct RunReport {
     pub first_token_ms: Vec<(u64, u64)>,
     /// Per request id: free KV tokens when it arrived (to check a probe's condition held).
     pub kv_free_at_arrival: Vec<(u64, usize)>,
-    pub counters: super::Counters,
+    pub counters: crate::Counters,
     pub elapsed_ms: u64,
 }
 
@@ -60,6 +66,9 @@ pub fn run(workload: &Workload, switches: &Switches, keep_trace: bool) -> RunRep
     let mut now = 0u64;
     let mut next = 0;
     let mut idle_steps = 0u64;
+    // Hints that were waiting when their call's turn arrived, found from the scheduler's
+    // state before the turn was added (not from what `add` says it withdrew).
+    let mut superseded = BTreeSet::new();
     let total_work: usize = workload
         .arrivals
         .iter()
@@ -77,8 +86,19 @@ pub fn run(workload: &Workload, switches: &Switches, keep_trace: bool) -> RunRep
                     report
                         .kv_free_at_arrival
                         .push((r.id, budget.saturating_sub(scheduler.kv_used())));
-                    if scheduler.add(r.clone()).is_err() {
-                        report.refused += 1;
+                    let hints = match RequestKind::of(r) {
+                        RequestKind::VoiceTurn if switches.turn_hint => {
+                            waiting_hints(&scheduler, r.call)
+                        }
+                        _ => Vec::new(),
+                    };
+                    match scheduler.add(r.clone(), now) {
+                        Ok(admitted) => {
+                            report.withdrawn += admitted.withdrawn_hints.len();
+                            superseded.extend(hints);
+                        }
+                        // A refused turn changes nothing: its hint runs and finishes.
+                        Err(_) => report.refused += 1,
                     }
                 }
                 Arrival::Hint(priority) => scheduler.turn_hint(*priority, now),
@@ -96,6 +116,20 @@ pub fn run(workload: &Workload, switches: &Switches, keep_trace: bool) -> RunRep
         }
         let plan = scheduler.schedule(now);
         report.steps += 1;
+        let computed = plan
+            .decode
+            .iter()
+            .chain(plan.prefill.iter().map(|(id, _)| id));
+        if let Some(id) = computed
+            .chain(&plan.admitted)
+            .find(|id| superseded.contains(*id))
+        {
+            report.violation = Some(format!(
+                "step {}: hint {id} computed after its call's turn arrived",
+                report.steps
+            ));
+            break;
+        }
         let planned_kv = scheduler.kv_used() + plan.tokens();
         if planned_kv > budget {
             report.violation = Some(format!(
@@ -148,6 +182,15 @@ pub fn run(workload: &Workload, switches: &Switches, keep_trace: bool) -> RunRep
     report
 }
 
+/// The call's turn hints that have not started.
+fn waiting_hints(scheduler: &Scheduler, call: Option<u64>) -> Vec<u64> {
+    scheduler
+        .requests()
+        .filter(|r| !r.running && r.call == call && RequestKind::of(r) == RequestKind::TurnHint)
+        .map(|r| r.id)
+        .collect()
+}
+
 /// A small deterministic generator (SplitMix64), so a seed names a workload.
 #[derive(Debug, Clone)]
 pub struct Rng(u64);
@@ -174,6 +217,9 @@ impl Rng {
         ((self.next_u64() >> 11) as f64 / (1u64 << 53) as f64) < p
     }
 }
+
+/// Where the random workloads' hint requests number from (after every other request).
+const HINT_IDS: u64 = 1_000;
 
 /// A random workload: arrivals, prompt and reply lengths, priorities, calls and hints, KV
 /// and chunk budgets. About a third have one priority and no calls (the stock check).
@@ -206,6 +252,14 @@ pub fn random_workload(seed: u64) -> Workload {
         let call = (!equal && priority == 0 && rng.chance(0.6)).then(|| rng.range(0, 2));
         let prompt_len = rng.range(1, (kv_budget_tokens as u64 * 3 / 4).max(1)) as usize;
         let max_new = rng.range(1, 64) as usize;
+        // A voice turn's hint: one token over a prefix of its prompt, a little before it
+        // (or at the same time, as when the engine was busy in a long pass).
+        if call.is_some() && rng.chance(0.5) {
+            let hint_at = at.saturating_sub(rng.range(0, 300));
+            let prefix = rng.range(1, prompt_len as u64) as usize;
+            let hint = Request::new(HINT_IDS + id, priority, call, prefix, 1);
+            arrivals.push((hint_at, Arrival::Request(hint)));
+        }
         arrivals.push((
             at,
             Arrival::Request(Request::new(id, priority, call, prompt_len, max_new)),
@@ -301,241 +355,4 @@ pub fn search(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Two long agent requests, then (with a hint 100 ms before) a voice turn at `voice_ms`.
-    fn voice_beside_agents(
-        switches: Switches,
-        kv_budget_tokens: usize,
-        agent_new: usize,
-        voice_ms: u64,
-    ) -> RunReport {
-        let config = PolicyConfig {
-            max_running: 8,
-            kv_budget_tokens,
-            chunk_tokens: Some(128),
-            ..PolicyConfig::default()
-        };
-        let workload = Workload {
-            config,
-            arrivals: vec![
-                (
-                    0,
-                    Arrival::Request(Request::new(0, 1, None, 900, agent_new)),
-                ),
-                (
-                    0,
-                    Arrival::Request(Request::new(1, 1, None, 900, agent_new)),
-                ),
-                (voice_ms - 100, Arrival::Hint(0)),
-                (
-                    voice_ms,
-                    Arrival::Request(Request::new(2, 0, Some(7), 150, 30)),
-                ),
-            ],
-        };
-        run(&workload, &switches, false)
-    }
-
-    fn first_token(report: &RunReport, id: u64) -> u64 {
-        report
-            .first_token_ms
-            .iter()
-            .find(|(i, _)| *i == id)
-            .expect("first token")
-            .1
-    }
-
-    #[test]
-    fn make_room_answers_the_turn_sooner_during_agent_prefill() {
-        let off = voice_beside_agents(Switches::default(), 2_000, 200, 800);
-        let on = voice_beside_agents(Switches::all(), 2_000, 200, 800);
-        assert!(
-            off.violation.is_none() && on.violation.is_none(),
-            "{off:?} {on:?}"
-        );
-        let (off_ms, on_ms) = (first_token(&off, 2) - 800, first_token(&on, 2) - 800);
-        println!(
-            "prefill in flight: voice first token after {off_ms} ms off, {on_ms} ms on; {:?}",
-            on.counters
-        );
-        assert!(
-            on_ms * 5 < off_ms,
-            "voice first token: off {off_ms} ms, on {on_ms} ms"
-        );
-        assert!(on.counters.held_request_steps > 0, "{:?}", on.counters);
-        assert_eq!((off.finished, on.finished), (3, 3));
-    }
-
-    #[test]
-    fn make_room_answers_the_turn_sooner_with_the_kv_full() {
-        // The agents' replies outgrow the KV; find a moment when it is full (less room than
-        // the turn's first chunk) for the turn to arrive, in both runs.
-        let kv_full = |r: &RunReport| {
-            r.kv_free_at_arrival
-                .iter()
-                .any(|&(id, free)| id == 2 && free < 128)
-        };
-        let arrival = (5_000..12_000)
-            .step_by(10)
-            .find(|&ms| {
-                kv_full(&voice_beside_agents(Switches::default(), 3_000, 2_000, ms))
-                    && kv_full(&voice_beside_agents(Switches::all(), 3_000, 2_000, ms))
-            })
-            .expect("a moment with the KV full");
-        let off = voice_beside_agents(Switches::default(), 3_000, 2_000, arrival);
-        let on = voice_beside_agents(Switches::all(), 3_000, 2_000, arrival);
-        assert!(
-            off.violation.is_none() && on.violation.is_none(),
-            "{off:?} {on:?}"
-        );
-        let (off_ms, on_ms) = (
-            first_token(&off, 2) - arrival,
-            first_token(&on, 2) - arrival,
-        );
-        println!(
-            "KV full at {arrival} ms: voice first token after {off_ms} ms off, {on_ms} ms on; {:?}",
-            on.counters
-        );
-        assert!(
-            on_ms * 5 < off_ms,
-            "voice first token: off {off_ms} ms, on {on_ms} ms"
-        );
-        assert!(on.counters.kv_preemptions >= 1, "{:?}", on.counters);
-        assert_eq!(off.counters.kv_preemptions, 0);
-        assert_eq!((off.finished, on.finished), (3, 3));
-    }
-
-    #[test]
-    fn prompts_take_the_idle_chunk_until_a_voice_turn_is_near() {
-        let mut scheduler = Scheduler::new(PolicyConfig {
-            switches: Switches::all(),
-            kv_budget_tokens: 4000,
-            chunk_tokens: Some(16),
-            idle_chunk_tokens: Some(64),
-            whole_prompt_priority: Some(0),
-            ..PolicyConfig::default()
-        });
-        scheduler.add(Request::new(1, 1, None, 800, 10)).unwrap();
-        let plan = scheduler.schedule(0);
-        assert_eq!(plan.prefill, vec![(1, 64)], "alone: the idle chunk");
-        scheduler.finish_step(&plan, 10, &[]);
-        // The caller stops speaking: chunks shrink before their turn arrives.
-        scheduler.turn_hint(0, 10);
-        let plan = scheduler.schedule(10);
-        assert!(plan.tokens() <= 16, "{plan:?}");
-        scheduler.finish_step(&plan, 20, &[]);
-        // The hint lapses with no turn: back to the idle chunk.
-        let plan = scheduler.schedule(10_000);
-        assert_eq!(
-            plan.prefill.iter().map(|p| p.1).sum::<usize>(),
-            64,
-            "{plan:?}"
-        );
-        scheduler.finish_step(&plan, 10_010, &[]);
-        // A voice turn is running: small chunks beside it; with the switches off, the idle
-        // chunk all the same.
-        scheduler.add(Request::new(2, 0, Some(7), 40, 48)).unwrap();
-        let plan = scheduler.schedule(10_010);
-        assert!(plan.tokens() <= 40 + 16, "{plan:?}");
-        scheduler.set_switches(Switches::default());
-        scheduler.finish_step(&plan, 10_020, &[]);
-        let plan = scheduler.schedule(10_020);
-        let agent_chunk: usize = plan.prefill.iter().filter(|p| p.0 == 1).map(|p| p.1).sum();
-        assert!(agent_chunk > 16, "{plan:?}");
-    }
-
-    #[test]
-    fn a_hold_cannot_stall_the_engine() {
-        // A voice request too big to be admitted beside a running agent must not freeze the
-        // agent's prefill through holds.
-        let config = PolicyConfig {
-            max_running: 2,
-            kv_budget_tokens: 300,
-            chunk_tokens: Some(16),
-            window_tokens: 4,
-            ..PolicyConfig::default()
-        };
-        let workload = Workload {
-            config,
-            arrivals: vec![
-                (0, Arrival::Request(Request::new(0, 1, None, 200, 20))),
-                (0, Arrival::Hint(0)),
-                (1, Arrival::Request(Request::new(1, 0, None, 250, 10))),
-            ],
-        };
-        let report = run(&workload, &Switches::all(), false);
-        assert!(report.violation.is_none(), "{report:?}");
-        assert_eq!(report.finished, 2);
-    }
-
-    #[test]
-    fn a_call_turn_takes_over_its_retained_kv_but_reuses_only_what_the_engine_holds() {
-        let mut scheduler = Scheduler::new(PolicyConfig {
-            switches: Switches::all(),
-            kv_budget_tokens: 1000,
-            ..PolicyConfig::default()
-        });
-        // The call's first turn: a 90-token prompt and 11 tokens; it finishes holding 100.
-        scheduler.add(Request::new(1, 0, Some(7), 90, 11)).unwrap();
-        let mut now = 0;
-        while !scheduler.is_idle() {
-            let plan = scheduler.schedule(now);
-            now += 10;
-            scheduler.finish_step(&plan, now, &[]);
-        }
-        assert_eq!(scheduler.retained_tokens(), 100);
-        // Its next turn arrives with a 60-token prefix the engine found in its cache.
-        let mut turn = Request::new(2, 0, Some(7), 120, 8);
-        turn.cached = 60;
-        turn.cached_exact = true;
-        scheduler.add(turn).unwrap();
-        let plan = scheduler.schedule(now);
-        assert_eq!(
-            scheduler.retained_tokens(),
-            0,
-            "the turn took the room over"
-        );
-        assert_eq!(
-            plan.prefill,
-            vec![(2, 60)],
-            "it computes what the engine lacks"
-        );
-        assert_eq!(scheduler.counters.retained_hits, 1);
-        // When it finishes it is kept in turn; turning retention off lets go of it.
-        scheduler.finish_step(&plan, now + 10, &[]);
-        while !scheduler.is_idle() {
-            now += 10;
-            let plan = scheduler.schedule(now);
-            scheduler.finish_step(&plan, now + 10, &[]);
-        }
-        assert_eq!(scheduler.retained_tokens(), 127);
-        scheduler.set_switches(Switches::default());
-        assert_eq!(scheduler.retained_tokens(), 0);
-    }
-
-    #[test]
-    fn the_invariant_checks_can_fail() {
-        // A scheduler that never schedules anything must be reported as a stall.
-        let mut workload = random_workload(3);
-        workload.config.chunk_tokens = Some(0);
-        workload.config.idle_chunk_tokens = Some(0);
-        let report = run(&workload, &Switches::default(), false);
-        assert!(
-            report
-                .violation
-                .as_deref()
-                .is_some_and(|v| v.starts_with("stall")),
-            "{report:?}"
-        );
-    }
-
-    #[test]
-    fn bounded_stall_search_finds_nothing() {
-        let summary = search(0, 20_000, |_| {});
-        assert_eq!(summary.caused_by_options, 0, "{summary:?}");
-        assert_eq!(summary.stock_mismatches, 0, "{summary:?}");
-        assert_eq!(summary.with_options_off, 0, "{summary:?}");
-    }
-}
+mod tests;

@@ -22,9 +22,11 @@
 //! Prompt chunking (`chunk_tokens`) and the KV budget are mechanism, not policy: they
 //! apply with every switch off too.
 
+mod admission;
 mod policy;
 pub mod sim;
 mod types;
 
+pub use admission::{Admitted, RequestKind};
 pub use policy::Scheduler;
 pub use types::{Counters, Plan, PolicyConfig, Refused, Request, Switches};

@@ -1,0 +1,193 @@
+//! A request's arrival: what kind of request it is, and what its arrival changes before
+//! the next plan (hints it supersedes, whether the step in flight is planned again).
+
+use crate::types::{Refused, Request};
+use crate::Scheduler;
+
+/// What a request is to make-room, read from its shape (DESIGN §2: the voice agent sends
+/// a one-token request for the call the moment the caller stops speaking).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestKind {
+    /// One token for a call: the caller just stopped; it computes the turn's prompt
+    /// prefix early and holds less urgent prefill for `hint_hold_ms`.
+    TurnHint,
+    /// A call's reply.
+    VoiceTurn,
+    /// Anything without a call: a coding agent's request.
+    Agent,
+}
+
+impl RequestKind {
+    pub fn of(request: &Request) -> Self {
+        match (request.call, request.max_new) {
+            (Some(_), 1) => Self::TurnHint,
+            (Some(_), _) => Self::VoiceTurn,
+            (None, _) => Self::Agent,
+        }
+    }
+}
+
+/// What an accepted request's arrival asks of the engine before it goes on.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Admitted {
+    /// Waiting turn hints of the same call that the arriving turn supersedes: they would
+    /// only compute the prompt the turn computes itself (both arrive together when the
+    /// engine was busy in a long pass). The policy has dropped them; the engine ends their
+    /// streams.
+    pub withdrawn_hints: Vec<u64>,
+    /// With priority on, the request is more urgent than everything the last plan
+    /// computes: plan again now, so it waits for the pass in flight, not for the step.
+    pub replan_now: bool,
+}
+
+impl Scheduler {
+    /// Takes a request arriving at `now_ms`, or refuses one the engine can never serve (a
+    /// refused request changes nothing: no hold, no hint withdrawn).
+    pub fn add(&mut self, request: Request, now_ms: u64) -> Result<Admitted, Refused> {
+        let budget = self.config.kv_budget_tokens;
+        if request.peak_kv() > budget {
+            self.counters.refused += 1;
+            return Err(Refused::TooLong {
+                needed: request.peak_kv(),
+                budget,
+            });
+        }
+        let mut admitted = Admitted::default();
+        match (RequestKind::of(&request), request.call) {
+            (RequestKind::TurnHint, _) => self.turn_hint(request.priority, now_ms),
+            (RequestKind::VoiceTurn, Some(call)) if self.config.switches.turn_hint => {
+                admitted.withdrawn_hints = self.withdraw_hints(call);
+            }
+            _ => {}
+        }
+        if self.config.switches.priority
+            && self
+                .planned_priority
+                .is_some_and(|planned| request.priority < planned)
+        {
+            admitted.replan_now = true;
+            self.planned_priority = None;
+        }
+        self.requests.insert(request.id, request);
+        Ok(admitted)
+    }
+
+    /// Drops the call's turn hints that have not started; their hold stays.
+    fn withdraw_hints(&mut self, call: u64) -> Vec<u64> {
+        let waiting: Vec<u64> = self
+            .requests
+            .values()
+            .filter(|r| !r.running && r.call == Some(call))
+            .filter(|r| RequestKind::of(r) == RequestKind::TurnHint)
+            .map(|r| r.id)
+            .collect();
+        for id in &waiting {
+            self.requests.remove(id);
+        }
+        self.counters.hints_superseded += waiting.len() as u64;
+        waiting
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{PolicyConfig, Switches};
+
+    fn scheduler(switches: Switches) -> Scheduler {
+        Scheduler::new(PolicyConfig {
+            switches,
+            ..PolicyConfig::default()
+        })
+    }
+
+    #[test]
+    fn a_requests_kind_is_read_from_its_call_and_length() {
+        assert_eq!(
+            RequestKind::of(&Request::new(1, 0, Some(7), 40, 1)),
+            RequestKind::TurnHint
+        );
+        assert_eq!(
+            RequestKind::of(&Request::new(2, 0, Some(7), 40, 48)),
+            RequestKind::VoiceTurn
+        );
+        assert_eq!(
+            RequestKind::of(&Request::new(3, 1, None, 40, 1)),
+            RequestKind::Agent
+        );
+    }
+
+    #[test]
+    fn a_hint_its_turn_overtook_is_withdrawn_only_while_waiting() {
+        let mut scheduler = scheduler(Switches::all());
+        scheduler
+            .add(Request::new(1, 0, Some(7), 40, 1), 0)
+            .unwrap();
+        assert_eq!(scheduler.counters.hints_seen, 1, "a hint request holds");
+        // Another call's turn leaves it; its own call's turn withdraws it.
+        let other = scheduler
+            .add(Request::new(2, 0, Some(8), 50, 48), 0)
+            .unwrap();
+        assert!(other.withdrawn_hints.is_empty());
+        let turn = scheduler
+            .add(Request::new(3, 0, Some(7), 50, 48), 0)
+            .unwrap();
+        assert_eq!(turn.withdrawn_hints, vec![1]);
+        assert!(scheduler.request(1).is_none());
+        let plan = scheduler.schedule(0);
+        assert!(!plan.admitted.contains(&1), "{plan:?}");
+        assert_eq!(scheduler.counters.hints_superseded, 1);
+        // A hint already running finishes.
+        scheduler
+            .add(Request::new(4, 0, Some(9), 40, 1), 0)
+            .unwrap();
+        scheduler.finish_step(&plan, 1, &[]);
+        let plan = scheduler.schedule(1);
+        assert!(plan.admitted.contains(&4), "{plan:?}");
+        let turn = scheduler
+            .add(Request::new(5, 0, Some(9), 50, 48), 1)
+            .unwrap();
+        assert!(turn.withdrawn_hints.is_empty() && scheduler.request(4).is_some());
+    }
+
+    #[test]
+    fn with_the_turn_hint_off_a_hint_is_a_plain_request() {
+        let mut scheduler = scheduler(Switches {
+            turn_hint: false,
+            ..Switches::all()
+        });
+        scheduler
+            .add(Request::new(1, 0, Some(7), 40, 1), 0)
+            .unwrap();
+        let turn = scheduler
+            .add(Request::new(2, 0, Some(7), 50, 48), 0)
+            .unwrap();
+        assert!(turn.withdrawn_hints.is_empty() && scheduler.request(1).is_some());
+    }
+
+    #[test]
+    fn a_request_more_urgent_than_the_plan_asks_for_a_new_plan_once() {
+        let mut scheduler = scheduler(Switches::all());
+        scheduler.add(Request::new(1, 1, None, 40, 48), 0).unwrap();
+        let _ = scheduler.schedule(0);
+        let same = scheduler.add(Request::new(2, 1, None, 40, 48), 0).unwrap();
+        assert!(
+            !same.replan_now,
+            "as urgent as the plan: it waits for the step"
+        );
+        let voice = scheduler
+            .add(Request::new(3, 0, Some(7), 40, 48), 0)
+            .unwrap();
+        assert!(voice.replan_now);
+        let next = scheduler
+            .add(Request::new(4, 0, Some(8), 40, 48), 0)
+            .unwrap();
+        assert!(!next.replan_now, "the plan is already being redone");
+        // With priority off, the step runs out first.
+        let mut stock = self::scheduler(Switches::default());
+        stock.add(Request::new(1, 1, None, 40, 48), 0).unwrap();
+        let _ = stock.schedule(0);
+        let voice = stock.add(Request::new(2, 0, Some(7), 40, 48), 0).unwrap();
+        assert!(!voice.replan_now);
+    }
+}
