@@ -23,7 +23,6 @@ mod caller;
 pub mod dispatch;
 mod early_transcript;
 mod live;
-pub mod livekit;
 pub mod playout;
 pub mod record;
 pub mod responder;

@@ -6,8 +6,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use sublet_livekit_testserver::TestServer;
 use sublet_models::ModelCache;
-use sublet_tests::livekit_server::TestServer;
 
 struct Server(Child);
 

@@ -5,7 +5,7 @@ use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use sublet_tests::livekit_server::TestServer;
+use sublet_livekit_testserver::TestServer;
 
 const KEY: &str = "devkey";
 const SECRET: &str = "a-secret-long-enough-for-hs256-signing";

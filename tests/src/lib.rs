@@ -3,6 +3,5 @@
 //! The library holds what those tests share: the LiveKit-protocol test server and the
 //! official clients that drive it, and a private PulseAudio server for the microphone demo.
 
-pub mod livekit_server;
 pub mod official_clients;
 pub mod pulse;

@@ -3,10 +3,10 @@
 
 use std::time::{Duration, Instant};
 
-use sublet_agent::livekit::{RoomConnection, RoomEvent};
+use sublet_livekit::{RoomConnection, RoomEvent};
+use sublet_livekit_testserver::TestServer;
 use sublet_models::ModelCache;
 use sublet_stt::{word_error_rate, Transcriber};
-use sublet_tests::livekit_server::TestServer;
 use sublet_tests::official_clients::{livekit_caller, room_token};
 
 const KEY: &str = "devkey";

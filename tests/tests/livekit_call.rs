@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use sublet_agent::{AgentConfig, Quiet, VoiceAgent};
 use sublet_audio::read_wav;
+use sublet_livekit::LiveKitAgent;
+use sublet_livekit_testserver::TestServer;
 use sublet_models::ModelCache;
 use sublet_stt::{word_error_rate, Transcriber};
-use sublet_tests::livekit_server::TestServer;
 use sublet_tests::official_clients::{livekit_caller, recorded_question, room_token};
 
 const KEY: &str = "devkey";

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use sublet_tests::livekit_server::TestServer;
+use sublet_livekit_testserver::TestServer;
 use sublet_tests::official_clients::{livekit_caller, room_token};
 
 const KEY: &str = "devkey";

@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use serde_json::Value;
-use sublet_agent::livekit::{RoomConnection, RoomEvent};
-use sublet_tests::livekit_server::TestServer;
+use sublet_livekit::{RoomConnection, RoomEvent};
+use sublet_livekit_testserver::TestServer;
 use sublet_tests::official_clients::{livekit_caller, room_token};
 use tokio::sync::mpsc::UnboundedReceiver;
 

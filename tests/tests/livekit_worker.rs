@@ -7,12 +7,12 @@
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use sublet_agent::livekit::{CallEnd, WorkerEnd, WorkerOptions};
 use sublet_agent::{AgentConfig, CallObserver, Quiet, VoiceAgent};
 use sublet_audio::read_wav;
+use sublet_livekit::{CallEnd, LiveKitAgent, WorkerEnd, WorkerOptions};
+use sublet_livekit_testserver::TestServer;
 use sublet_models::ModelCache;
 use sublet_stt::{word_error_rate, Transcriber};
-use sublet_tests::livekit_server::TestServer;
 use sublet_tests::official_clients::{
     livekit_agents_worker, livekit_caller, recorded_question, room_token,
 };

@@ -11,9 +11,9 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Result};
 use clap::Parser;
-use sublet_agent::livekit::LiveKitCredentials;
 use sublet_agent::turn_table;
 use sublet_demos::{CallArgs, Progress};
+use sublet_livekit::{LiveKitAgent, LiveKitCredentials};
 
 #[derive(Parser, Debug)]
 #[command(name = "room")]

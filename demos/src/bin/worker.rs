@@ -12,9 +12,9 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::Parser;
-use sublet_agent::livekit::{LiveKitCredentials, WorkerOptions};
 use sublet_agent::{turn_table, CallObserver};
 use sublet_demos::{CallArgs, Progress};
+use sublet_livekit::{LiveKitAgent, LiveKitCredentials, WorkerOptions};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 

@@ -18,7 +18,7 @@ use webrtc::data_channel::{DataChannel, DataChannelEvent};
 use webrtc::media_stream::track_remote::{TrackRemote, TrackRemoteEvent};
 
 use super::{now_ms, RoomState, ServerState};
-use sublet_agent::livekit::peer::{OutputTrack, Peer};
+use sublet_livekit::peer::{OutputTrack, Peer};
 
 /// A published track and where its packets go.
 struct Published {

@@ -45,7 +45,7 @@ impl TestServer {
             .build()?;
         let state = Arc::new(ServerState {
             verifier: TokenVerifier::with_api_key(api_key, api_secret),
-            media_ip: sublet_agent::livekit::peer::media_ip(),
+            media_ip: sublet_livekit::peer::media_ip(),
             rooms: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             refuse_resumes: AtomicBool::new(false),
@@ -73,8 +73,8 @@ impl TestServer {
     }
 
     /// What the agent needs to use this server: its URL and the API key it accepts.
-    pub fn credentials(&self) -> sublet_agent::livekit::LiveKitCredentials {
-        sublet_agent::livekit::LiveKitCredentials {
+    pub fn credentials(&self) -> sublet_livekit::LiveKitCredentials {
+        sublet_livekit::LiveKitCredentials {
             url: self.url.clone(),
             api_key: self.state.api_key.clone(),
             api_secret: self.state.api_secret.clone(),

@@ -16,8 +16,10 @@ use proto::worker_message::Message as ToServer;
 use tokio::sync::{mpsc, watch};
 
 use super::{LiveKitCredentials, RoomCall, WorkerEnd};
-use crate::call::CallObserver;
-use crate::VoiceAgent;
+use sublet_agent::CallObserver;
+use sublet_agent::VoiceAgent;
+
+use crate::LiveKitAgent;
 
 /// How often the worker tells the server its load (LiveKit's own workers: every 2.5 s).
 const STATUS_INTERVAL: Duration = Duration::from_millis(2500);
@@ -66,69 +68,65 @@ struct Assigned {
 /// A call thread's end: the job, and its error if it failed.
 type JobDone = (String, Option<String>);
 
-impl VoiceAgent {
-    /// Registers as a LiveKit agent worker and answers the calls it is given until `drain`
-    /// turns true (or the server closes the connection); returns once every call has ended.
-    /// `observer` makes each call's observer, given the room's name.
-    pub fn work(
-        &self,
-        runtime: &tokio::runtime::Handle,
-        credentials: &LiveKitCredentials,
-        options: &WorkerOptions,
-        drain: watch::Receiver<bool>,
-        observer: &(dyn Fn(&str) -> Box<dyn CallObserver> + Sync),
-    ) -> Result<WorkerReport> {
-        let (connection, worker_id) = runtime.block_on(register(credentials, options))?;
-        let (assigned_tx, assigned) = std::sync::mpsc::channel::<Assigned>();
-        let (done_tx, done) = mpsc::unbounded_channel::<JobDone>();
-        let session = runtime.spawn(serve(
-            connection,
-            credentials.url.clone(),
-            options.clone(),
-            drain,
-            assigned_tx,
-            done,
-        ));
-        let jobs = std::thread::scope(|scope| {
-            let calls: Vec<_> = assigned
-                .into_iter()
-                .map(|job| {
-                    let done_tx = done_tx.clone();
-                    scope.spawn(move || {
-                        let mut call_observer = observer(&job.room);
-                        let call = self
-                            .answer_room_until(
-                                runtime,
-                                &job.url,
-                                &job.token,
-                                &mut *call_observer,
-                                job.hang_up,
-                            )
-                            .map_err(|e| format!("{e:#}"));
-                        let _ = done_tx.send((job.job_id.clone(), call.as_ref().err().cloned()));
-                        JobReport {
-                            job_id: job.job_id,
-                            room: job.room,
-                            call,
-                        }
-                    })
+/// [`crate::LiveKitAgent::work`].
+pub(crate) fn work(
+    agent: &VoiceAgent,
+    runtime: &tokio::runtime::Handle,
+    credentials: &LiveKitCredentials,
+    options: &WorkerOptions,
+    drain: watch::Receiver<bool>,
+    observer: &(dyn Fn(&str) -> Box<dyn CallObserver> + Sync),
+) -> Result<WorkerReport> {
+    let (connection, worker_id) = runtime.block_on(register(credentials, options))?;
+    let (assigned_tx, assigned) = std::sync::mpsc::channel::<Assigned>();
+    let (done_tx, done) = mpsc::unbounded_channel::<JobDone>();
+    let session = runtime.spawn(serve(
+        connection,
+        credentials.url.clone(),
+        options.clone(),
+        drain,
+        assigned_tx,
+        done,
+    ));
+    let jobs = std::thread::scope(|scope| {
+        let calls: Vec<_> = assigned
+            .into_iter()
+            .map(|job| {
+                let done_tx = done_tx.clone();
+                scope.spawn(move || {
+                    let mut call_observer = observer(&job.room);
+                    let call = agent
+                        .answer_room_until(
+                            runtime,
+                            &job.url,
+                            &job.token,
+                            &mut *call_observer,
+                            job.hang_up,
+                        )
+                        .map_err(|e| format!("{e:#}"));
+                    let _ = done_tx.send((job.job_id.clone(), call.as_ref().err().cloned()));
+                    JobReport {
+                        job_id: job.job_id,
+                        room: job.room,
+                        call,
+                    }
                 })
-                .collect();
-            calls
-                .into_iter()
-                .map(|call| call.join().map_err(|_| anyhow!("a call thread panicked")))
-                .collect::<Result<Vec<_>>>()
-        })?;
-        let (declined, ended) = runtime
-            .block_on(session)
-            .map_err(|e| anyhow!("the worker's connection task failed: {e}"))?;
-        Ok(WorkerReport {
-            worker_id,
-            jobs,
-            declined,
-            ended,
-        })
-    }
+            })
+            .collect();
+        calls
+            .into_iter()
+            .map(|call| call.join().map_err(|_| anyhow!("a call thread panicked")))
+            .collect::<Result<Vec<_>>>()
+    })?;
+    let (declined, ended) = runtime
+        .block_on(session)
+        .map_err(|e| anyhow!("the worker's connection task failed: {e}"))?;
+    Ok(WorkerReport {
+        worker_id,
+        jobs,
+        declined,
+        ended,
+    })
 }
 
 /// Connects to `<url>/agent` and registers; returns the connection and the worker's id.

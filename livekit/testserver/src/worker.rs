@@ -233,7 +233,7 @@ fn agent_token(
         .with_kind("agent")
         .with_attributes(answer.participant_attributes.clone())
         .with_ttl(Duration::from_secs(3600))
-        .with_grants(sublet_agent::livekit::agent_grants(room))
+        .with_grants(sublet_livekit::agent_grants(room))
         .to_jwt()
         .context("signing a job's token")
 }

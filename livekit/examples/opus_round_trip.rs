@@ -5,7 +5,7 @@
 //! the WAV played in directly.
 //!
 //! ```text
-//! cargo run --release -p sublet-agent --example opus_round_trip -- CALL.wav OUT.wav [BITRATE]
+//! cargo run --release -p sublet-livekit --example opus_round_trip -- CALL.wav OUT.wav [BITRATE]
 //! ```
 
 use anyhow::{Context, Result};

@@ -1,0 +1,303 @@
+//! One call in a LiveKit room: the agent joins, publishes its voice, answers the first
+//! participant it hears until they leave, then leaves.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Result};
+use sublet_audio::SPEECH_RATE;
+use sublet_turn_detect::TurnEvent;
+use tokio::sync::{mpsc, watch};
+
+use super::{CallEnd, RoomConnection, RoomEvent};
+use sublet_agent::CallObserver;
+use sublet_agent::Playout;
+use sublet_agent::TurnRecord;
+use sublet_agent::VoiceAgent;
+
+use crate::LiveKitAgent;
+
+/// The rate the agent's voice is published at (Opus's own).
+const VOICE_RATE: u32 = 48_000;
+/// A caller's client may stop sending while they are silent (Opus DTX); after this long
+/// without audio the agent hears silence, so that turns still end.
+const SILENCE_AFTER: Duration = Duration::from_millis(100);
+const TICK: Duration = Duration::from_millis(20);
+/// How long the agent waits in a room for someone to speak before it leaves.
+const NOBODY_TIMEOUT: Duration = Duration::from_secs(60);
+/// Asked to hang up, the agent first finishes the turn in progress, but waits no longer
+/// than this (a turn whose transcript came out empty is never answered).
+const HANG_UP_GRACE: Duration = Duration::from_secs(30);
+
+/// What a room call produced.
+#[derive(Debug)]
+pub struct RoomCall {
+    /// The identity of the participant the agent answered.
+    pub caller: Option<String>,
+    pub turns: Vec<TurnRecord>,
+    /// How long each resume of a dropped signal connection took.
+    pub signal_resumes: Vec<Duration>,
+    /// Why the call ended.
+    pub ended: CallEnd,
+}
+
+/// The agent's state as LiveKit's clients show it (participant attribute `lk.agent.state`).
+pub const AGENT_STATE: &str = "lk.agent.state";
+
+/// Whether a turn is in progress: the caller speaking, a turn ended and not yet answered,
+/// or the agent's speech queued. A call asked to hang up ends once none is.
+struct Activity {
+    caller_speaking: AtomicBool,
+    turns_ended: AtomicUsize,
+    turns_answered: AtomicUsize,
+    playout: Playout,
+}
+
+impl Activity {
+    fn idle(&self) -> bool {
+        !self.caller_speaking.load(Ordering::Relaxed)
+            && !self.playout.pending()
+            && self.turns_ended.load(Ordering::Relaxed)
+                <= self.turns_answered.load(Ordering::Relaxed)
+    }
+}
+
+/// The topic LiveKit's clients read transcriptions from.
+pub const TRANSCRIPTION_TOPIC: &str = "lk.transcription";
+
+/// What the room is told, in order.
+enum Announce {
+    State(&'static str),
+    /// A final transcript: the caller's turn (on their behalf), or the agent's reply.
+    Transcript {
+        from_caller: bool,
+        text: String,
+        segment: String,
+    },
+}
+
+/// Passes the call's events on; says `thinking` when a turn ends and sends the turn's
+/// transcripts when it is answered.
+struct RoomObserver<'a> {
+    inner: &'a mut dyn CallObserver,
+    announce: mpsc::UnboundedSender<Announce>,
+    activity: Arc<Activity>,
+}
+
+impl CallObserver for RoomObserver<'_> {
+    fn turn_event(&mut self, event: &TurnEvent) {
+        match event {
+            TurnEvent::SpeechStarted { .. } => {
+                self.activity.caller_speaking.store(true, Ordering::Relaxed)
+            }
+            TurnEvent::SpeechStopped { .. } => self
+                .activity
+                .caller_speaking
+                .store(false, Ordering::Relaxed),
+            TurnEvent::EndOfTurn { .. } => {
+                self.activity.turns_ended.fetch_add(1, Ordering::Relaxed);
+                let _ = self.announce.send(Announce::State("thinking"));
+            }
+        }
+        self.inner.turn_event(event);
+    }
+
+    fn interruption(&mut self, interruption: &sublet_agent::Interruption) {
+        self.inner.interruption(interruption);
+    }
+
+    fn turn_answered(&mut self, turn: &TurnRecord) {
+        self.activity.turns_answered.fetch_add(1, Ordering::Relaxed);
+        for (from_caller, text, side) in [
+            (true, &turn.transcript, "user"),
+            (false, &turn.reply, "agent"),
+        ] {
+            let _ = self.announce.send(Announce::Transcript {
+                from_caller,
+                text: text.clone(),
+                segment: format!("SG_{}_{side}", turn.index),
+            });
+        }
+        self.inner.turn_answered(turn);
+    }
+}
+
+/// [`crate::LiveKitAgent::answer_room`].
+pub(crate) fn answer_room(
+    agent: &VoiceAgent,
+    runtime: &tokio::runtime::Handle,
+    url: &str,
+    token: &str,
+    observer: &mut dyn CallObserver,
+) -> Result<RoomCall> {
+    let (_never, hang_up) = watch::channel(false);
+    agent.answer_room_until(runtime, url, token, observer, hang_up)
+}
+
+/// [`crate::LiveKitAgent::answer_room_until`].
+pub(crate) fn answer_room_until(
+    agent: &VoiceAgent,
+    runtime: &tokio::runtime::Handle,
+    url: &str,
+    token: &str,
+    observer: &mut dyn CallObserver,
+    mut hang_up: watch::Receiver<bool>,
+) -> Result<RoomCall> {
+    let (room, mut events) = runtime.block_on(RoomConnection::join(url, token))?;
+    let room = Arc::new(room);
+    let playout = Playout::new(VOICE_RATE);
+    let activity = Arc::new(Activity {
+        caller_speaking: AtomicBool::new(false),
+        turns_ended: AtomicUsize::new(0),
+        turns_answered: AtomicUsize::new(0),
+        playout: playout.clone(),
+    });
+    let mut voice = runtime.block_on(room.publish_audio(VOICE_RATE))?;
+    // What the room is told, in order: the agent's state and the transcripts.
+    let (announce, mut announcements) = mpsc::unbounded_channel::<Announce>();
+    let caller_identity = Arc::new(std::sync::Mutex::new(None::<String>));
+    let announcer = {
+        let room = room.clone();
+        let caller_identity = caller_identity.clone();
+        runtime.spawn(async move {
+            while let Some(announcement) = announcements.recv().await {
+                match announcement {
+                    Announce::State(state) => room.set_attributes(&[(AGENT_STATE, state)]).await,
+                    Announce::Transcript {
+                        from_caller,
+                        text,
+                        segment,
+                    } => {
+                        let caller = caller_identity
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .clone();
+                        let sender = if from_caller { caller.as_deref() } else { None };
+                        let attributes = [
+                            ("lk.transcription_final", "true"),
+                            ("lk.segment_id", segment.as_str()),
+                        ];
+                        if let Err(e) = room
+                            .send_text(TRANSCRIPTION_TOPIC, &text, &attributes, sender)
+                            .await
+                        {
+                            eprintln!("room: a transcript was not sent: {e:#}");
+                        }
+                    }
+                }
+            }
+        })
+    };
+    let _ = announce.send(Announce::State("listening"));
+    let (answered_tx, answered) = watch::channel(false);
+    let speaker_playout = playout.clone();
+    let speaker_states = announce.clone();
+    // The agent's track carries audio all the time, silence between replies, as a
+    // microphone's would: the caller's jitter buffer then never restarts mid-call.
+    // Each 20 ms frame is pulled from the playout as it falls due, so a pause or a cut
+    // is heard within a frame.
+    let speaker = runtime.spawn(async move {
+        let mut frame = vec![0.0; (VOICE_RATE as f64 * TICK.as_secs_f64()) as usize];
+        let mut speaking = false;
+        loop {
+            let spoke = speaker_playout.pull(&mut frame);
+            if spoke != speaking {
+                speaking = spoke;
+                let state = if spoke { "speaking" } else { "listening" };
+                let _ = speaker_states.send(Announce::State(state));
+            }
+            voice.send(&frame).await?;
+            if *answered.borrow() && !speaker_playout.pending() {
+                break;
+            }
+        }
+        voice.finish().await
+    });
+    let (audio_tx, audio_in) = std::sync::mpsc::channel::<Vec<f32>>();
+    let listener_caller = caller_identity.clone();
+    let listener_activity = activity.clone();
+    let listener = runtime.spawn(async move {
+        let mut hanging_up: Option<Instant> = None;
+        let mut caller: Option<String> = None;
+        let mut resumes = Vec::new();
+        let joined = Instant::now();
+        let mut last_audio = Instant::now();
+        let mut tick = tokio::time::interval(TICK);
+        let ended = loop {
+            tokio::select! {
+                event = events.recv() => match event {
+                    Some(RoomEvent::Audio { identity, samples }) => {
+                        if caller.is_none() {
+                            *listener_caller.lock().unwrap_or_else(|e| e.into_inner()) = Some(identity.clone());
+                        }
+                        if *caller.get_or_insert_with(|| identity.clone()) == identity {
+                            last_audio = Instant::now();
+                            if audio_tx.send(samples).is_err() {
+                                break CallEnd::AgentStopped;
+                            }
+                        }
+                    }
+                    Some(RoomEvent::ParticipantLeft { identity }) if caller.as_ref() == Some(&identity) => {
+                        break CallEnd::CallerLeft { identity };
+                    }
+                    Some(RoomEvent::Resumed { dropped, attempts, after }) => {
+                        eprintln!(
+                            "room: the signal connection dropped ({dropped}); resumed in {:.2} s ({attempts} attempts)",
+                            after.as_secs_f64()
+                        );
+                        resumes.push(after);
+                    }
+                    Some(RoomEvent::Disconnected { reason }) => break CallEnd::SignalLost { reason: Some(reason) },
+                    Some(_) => {}
+                    None => break CallEnd::SignalLost { reason: None },
+                },
+                Ok(()) = hang_up.changed(), if hanging_up.is_none() => {
+                    if *hang_up.borrow() {
+                        hanging_up = Some(Instant::now());
+                    }
+                }
+                _ = tick.tick() => {
+                    if let Some(since) = hanging_up {
+                        if listener_activity.idle() {
+                            break CallEnd::HungUp { turn_in_progress: false, grace: HANG_UP_GRACE };
+                        }
+                        if since.elapsed() >= HANG_UP_GRACE {
+                            break CallEnd::HungUp { turn_in_progress: true, grace: HANG_UP_GRACE };
+                        }
+                    }
+                    if caller.is_none() && joined.elapsed() >= NOBODY_TIMEOUT {
+                        break CallEnd::NobodySpoke(NOBODY_TIMEOUT);
+                    }
+                    if caller.is_some() && last_audio.elapsed() >= SILENCE_AFTER {
+                        let silence = vec![0.0; (SPEECH_RATE as f64 * TICK.as_secs_f64()) as usize];
+                        let _ = audio_tx.send(silence);
+                    }
+                }
+            }
+        };
+        (caller, resumes, ended)
+    });
+    let mut observer = RoomObserver {
+        inner: observer,
+        announce: announce.clone(),
+        activity,
+    };
+    let turns = agent.answer_live(audio_in, &playout, &mut observer);
+    let _ = answered_tx.send(true);
+    drop(observer);
+    drop(announce);
+    let (caller, signal_resumes, ended) = runtime
+        .block_on(listener)
+        .map_err(|e| anyhow!("the room listener failed: {e}"))?;
+    // Let the last reply finish playing before leaving.
+    let _ = runtime.block_on(speaker);
+    let _ = runtime.block_on(announcer);
+    runtime.block_on(room.leave());
+    Ok(RoomCall {
+        caller,
+        turns: turns?,
+        signal_resumes,
+        ended,
+    })
+}
