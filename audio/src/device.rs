@@ -30,10 +30,10 @@ fn report_errors(what: &'static str) -> impl FnMut(cpal::Error) + Send + 'static
         if message == last {
             repeats += 1;
             if repeats.is_power_of_two() {
-                eprintln!("{what}: {message} (again, {repeats} times)");
+                tracing::warn!("{what}: {message} (again, {repeats} times)");
             }
         } else {
-            eprintln!("{what}: {message}");
+            tracing::warn!("{what}: {message}");
             last = message;
             repeats = 0;
         }

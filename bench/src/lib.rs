@@ -18,6 +18,7 @@ pub mod figures;
 pub mod latency;
 pub mod plots;
 pub mod report;
+pub mod rounds;
 pub mod stats;
 pub mod test_callers;
 pub mod trace;

@@ -182,7 +182,7 @@ pub(crate) fn answer_room_until(
                             .send_text(TRANSCRIPTION_TOPIC, &text, &attributes, sender)
                             .await
                         {
-                            eprintln!("room: a transcript was not sent: {e:#}");
+                            tracing::warn!("room: a transcript was not sent: {e:#}");
                         }
                     }
                 }
@@ -242,7 +242,7 @@ pub(crate) fn answer_room_until(
                         break CallEnd::CallerLeft { identity };
                     }
                     Some(RoomEvent::Resumed { dropped, attempts, after }) => {
-                        eprintln!(
+                        tracing::warn!(
                             "room: the signal connection dropped ({dropped}); resumed in {:.2} s ({attempts} attempts)",
                             after.as_secs_f64()
                         );

@@ -239,6 +239,8 @@ pub enum Refused {
     TooLong { needed: usize, budget: usize },
 }
 
+impl std::error::Error for Refused {}
+
 impl std::fmt::Display for Refused {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

@@ -216,5 +216,5 @@ fn run(args: Args) -> Result<()> {
 }
 
 fn main() -> ExitCode {
-    sublet_demos::exit("mic", run(Args::parse()))
+    sublet_demos::main("mic", || run(Args::parse()))
 }

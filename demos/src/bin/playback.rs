@@ -110,5 +110,5 @@ fn run(args: Args) -> Result<()> {
 }
 
 fn main() -> ExitCode {
-    sublet_demos::exit("playback", run(Args::parse()))
+    sublet_demos::main("playback", || run(Args::parse()))
 }

@@ -67,5 +67,5 @@ fn run(args: Args) -> Result<()> {
 }
 
 fn main() -> ExitCode {
-    sublet_demos::exit("room", run(Args::parse()))
+    sublet_demos::main("room", || run(Args::parse()))
 }

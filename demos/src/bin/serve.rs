@@ -53,5 +53,5 @@ fn run(args: Args) -> Result<()> {
 }
 
 fn main() -> ExitCode {
-    sublet_demos::exit("serve", run(Args::parse()))
+    sublet_demos::main("serve", || run(Args::parse()))
 }

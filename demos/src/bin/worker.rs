@@ -92,5 +92,5 @@ fn run(args: Args) -> Result<()> {
 }
 
 fn main() -> ExitCode {
-    sublet_demos::exit("worker", run(Args::parse()))
+    sublet_demos::main("worker", || run(Args::parse()))
 }

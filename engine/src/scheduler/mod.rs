@@ -104,7 +104,7 @@ impl Trace {
         match std::fs::File::create(&path) {
             Ok(file) => Some(Self(std::io::BufWriter::new(file))),
             Err(e) => {
-                eprintln!("{}: cannot write {path:?}: {e}", Self::ENV);
+                tracing::warn!("{}: cannot write {path:?}: {e}", Self::ENV);
                 None
             }
         }

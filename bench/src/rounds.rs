@@ -1,0 +1,241 @@
+//! One round of the bench: recorded calls replayed in real time through the voice agent,
+//! beside replayed coding-agent sessions on the same engine (through its agents' API),
+//! with the engine's state sampled throughout.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use serde_json::Value;
+use sublet_agent::{AgentConfig, CallObserver, Pacing, TurnRecord, VoiceAgent};
+use sublet_models::ModelCache;
+
+use crate::figures::{RoundRecord, Sample};
+use crate::stats::VoiceTurn;
+use crate::{agents, trace};
+
+/// What one round runs.
+#[derive(Clone, Copy)]
+pub struct RoundPlan<'a> {
+    /// The voice agent each call copies (with a system prompt of the call's own); its
+    /// engine is the one the agent sessions reach at `base_url`.
+    pub agent: &'a VoiceAgent,
+    /// The agents' OpenAI-compatible API, served on the agent's engine.
+    pub base_url: &'a str,
+    pub recordings: &'a [Recording],
+    /// Callers at once.
+    pub calls: usize,
+    /// The coding-agent sessions replayed beside the calls (none: voice alone).
+    pub sessions: &'a [trace::AgentCall],
+    /// How long callers and agents keep starting calls.
+    pub window: Duration,
+    /// The round's condition, as the report names it.
+    pub condition: &'static str,
+    pub seed: Option<u64>,
+    /// The round's number in the run (part of each call's system prompt).
+    pub index: usize,
+    /// Callers replay the recordings back to back until the window closes, not once.
+    pub fill_window: bool,
+}
+
+/// Calls start this far apart.
+const CALL_STAGGER_S: f64 = 3.0;
+/// The engine's state is sampled this often through every round.
+const SAMPLE_EVERY: Duration = Duration::from_millis(250);
+/// A progress line this often (in samples) while a round runs.
+const PROGRESS_EVERY_SAMPLES: usize = 80;
+
+/// Counts a call's answered turns, for the progress lines.
+struct CountTurns<'a>(&'a AtomicUsize);
+
+impl CallObserver for CountTurns<'_> {
+    fn turn_answered(&mut self, _turn: &TurnRecord) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The agent for one call of a round: its system prompt opens with the call's own number,
+/// so that no call finds another's prompts in the engine's prefix cache (a replayed
+/// recording would otherwise repeat a whole earlier prompt, which mistral.rs does not
+/// reuse at all before patch 3, while the first round's calls reuse their own earlier turns).
+fn call_agent(agent: &VoiceAgent, round: usize, caller: usize, repeat: usize) -> VoiceAgent {
+    let config = AgentConfig {
+        system_prompt: format!(
+            "Call {round}.{caller}.{repeat}. {}",
+            agent.config.system_prompt
+        ),
+        ..agent.config.clone()
+    };
+    VoiceAgent::with_engine(agent.cache.clone(), agent.engine.clone(), config)
+}
+
+/// Runs one round as `plan` says, to its end: the window, then the calls in progress.
+pub fn run_round(plan: &RoundPlan) -> Result<RoundRecord> {
+    let RoundPlan {
+        agent,
+        base_url,
+        recordings,
+        calls,
+        sessions,
+        window: limit,
+        condition,
+        seed,
+        index: round,
+        fill_window,
+    } = *plan;
+    let engine = &*agent.engine;
+    let round_start = Instant::now();
+    let stop = AtomicBool::new(false);
+    let calls_done = AtomicBool::new(false);
+    let answered = AtomicUsize::new(0);
+    let samples = Mutex::new(Vec::new());
+    let (turns, agent_calls) = std::thread::scope(|scope| -> Result<_> {
+        scope.spawn(|| {
+            while !calls_done.load(Ordering::Relaxed) {
+                let state = engine.scheduler_state();
+                let t_s = round_start.elapsed().as_secs_f64();
+                samples.lock().unwrap().push(Sample {
+                    t_s: (t_s * 1000.0).round() / 1000.0,
+                    kv_used_tokens: state.kv_used_tokens,
+                    kv_budget_tokens: state.kv_budget_tokens,
+                    running: state.running,
+                    waiting: state.waiting,
+                    kv_preemptions: state.counters.kv_preemptions,
+                    growth_preemptions: state.counters.growth_preemptions,
+                    held_request_steps: state.counters.held_request_steps,
+                    hold_releases: state.counters.hold_releases,
+                    prefill_chunks: state.counters.prefill_chunks,
+                    hints_seen: state.counters.hints_seen,
+                    first_sentence_releases: state.counters.first_sentence_releases,
+                });
+                let taken = samples.lock().unwrap().len();
+                if taken % PROGRESS_EVERY_SAMPLES == 0 {
+                    eprintln!(
+                        "bench:   {t_s:.0} s: {} turns answered; engine: {} running, {} waiting, \
+                         KV {}/{}",
+                        answered.load(Ordering::Relaxed),
+                        state.running,
+                        state.waiting,
+                        state.kv_used_tokens,
+                        state.kv_budget_tokens
+                    );
+                }
+                std::thread::sleep(SAMPLE_EVERY);
+            }
+        });
+        let replayer = (!sessions.is_empty())
+            .then(|| scope.spawn(|| agents::replay(base_url, sessions, &stop, round_start, round)));
+        // Each caller replays one recording, or (`fill_window`) the recordings back to back
+        // from its own until the window closes; agents and callers stop starting calls
+        // when it closes, and the calls in progress run to their end.
+        let window_ends = round_start + limit;
+        let callers: Vec<_> = (0..calls)
+            .map(|i| {
+                let answered = &answered;
+                scope.spawn(move || -> Result<Vec<VoiceTurn>> {
+                    std::thread::sleep(Duration::from_secs_f64(i as f64 * CALL_STAGGER_S));
+                    let mut turns = Vec::new();
+                    for k in 0.. {
+                        if k > 0 && (!fill_window || Instant::now() >= window_ends) {
+                            break;
+                        }
+                        let recording = &recordings[(i + k) % recordings.len()];
+                        let outcome = call_agent(agent, round, i, k)
+                            .answer_recording(
+                                &recording.audio,
+                                Pacing::Realtime,
+                                16_000,
+                                &mut CountTurns(answered),
+                            )?
+                            .turns;
+                        turns.extend(match_turns(
+                            &format!("{}#{i}.{k}", recording.name),
+                            &recording.utterance_ends,
+                            &outcome,
+                        ));
+                    }
+                    Ok(turns)
+                })
+            })
+            .collect();
+        let mut turns = Vec::new();
+        for caller in callers {
+            while !caller.is_finished() {
+                if Instant::now() >= window_ends {
+                    stop.store(true, Ordering::Relaxed);
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            turns.extend(
+                caller
+                    .join()
+                    .map_err(|_| anyhow::anyhow!("a call panicked"))??,
+            );
+        }
+        if replayer.is_some() {
+            while Instant::now() < window_ends {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        calls_done.store(true, Ordering::Relaxed);
+        let agent_calls = replayer
+            .map(|r| r.join().unwrap_or_default())
+            .unwrap_or_default();
+        Ok((turns, agent_calls))
+    })?;
+    Ok(RoundRecord {
+        condition: condition.to_owned(),
+        seed,
+        duration_s: round_start.elapsed().as_secs_f64(),
+        turns,
+        agent_calls,
+        samples: samples.into_inner().unwrap(),
+    })
+}
+
+/// A recorded call, read once for every round that replays it.
+pub struct Recording {
+    pub name: &'static str,
+    pub audio: sublet_audio::Audio,
+    /// Where each utterance ends, from the JSON beside the recording.
+    pub utterance_ends: Vec<f64>,
+}
+
+impl Recording {
+    pub fn load(cache: &ModelCache, name: &'static str) -> Result<Self> {
+        let json = cache.call(&name.replace(".wav", ".json"))?;
+        let spans: Value = serde_json::from_str(&std::fs::read_to_string(json)?)?;
+        Ok(Self {
+            name,
+            audio: sublet_audio::read_wav(cache.call(name)?)?,
+            utterance_ends: spans["utterances"]
+                .as_array()
+                .context("no utterances")?
+                .iter()
+                .filter_map(|u| u["end_s"].as_f64())
+                .collect(),
+        })
+    }
+}
+
+/// Each utterance's turn: the first answered turn whose caller stop is near the
+/// utterance's end; none is a failed turn.
+fn match_turns(call: &str, utterance_ends: &[f64], turns: &[TurnRecord]) -> Vec<VoiceTurn> {
+    utterance_ends
+        .iter()
+        .enumerate()
+        .map(|(utterance, end_s)| {
+            let turn = turns.iter().find(|t| (t.caller_stop_s - end_s).abs() < 1.0);
+            VoiceTurn {
+                call: call.to_owned(),
+                utterance,
+                voice_to_voice_s: turn.map(|t| t.voice_to_voice_s()),
+                first_token_s: turn.map(|t| t.first_token_s - t.transcript_s),
+                first_sentence_s: turn.map(|t| t.first_sentence_s - t.transcript_s),
+                stages_s: turn.map(|t| t.stage_latencies()),
+            }
+        })
+        .collect()
+}
