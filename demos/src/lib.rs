@@ -229,20 +229,15 @@ impl AgentArgs {
     }
 }
 
-/// Runs a demo: the libraries' warnings (through `tracing`) printed on stderr, then `run`,
-/// then [`exit`].
+/// Runs a demo: the libraries' warnings (through `tracing`) printed on stderr, then `run`;
+/// success, or its error (with causes) after the demo's name and a failing status.
 pub fn main(program: &str, run: impl FnOnce() -> Result<()>) -> ExitCode {
     let _ = tracing_subscriber::fmt()
         .with_max_level(tracing_subscriber::filter::LevelFilter::WARN)
         .with_writer(std::io::stderr)
         .without_time()
         .try_init();
-    exit(program, run())
-}
-
-/// A demo's exit: success, or its error (with causes) after its name, and a failing status.
-pub fn exit(program: &str, result: Result<()>) -> ExitCode {
-    match result {
+    match run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("{program}: error: {e:#}");

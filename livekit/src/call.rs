@@ -16,8 +16,6 @@ use sublet_agent::Playout;
 use sublet_agent::TurnRecord;
 use sublet_agent::VoiceAgent;
 
-use crate::LiveKitAgent;
-
 /// The rate the agent's voice is published at (Opus's own).
 const VOICE_RATE: u32 = 48_000;
 /// A caller's client may stop sending while they are silent (Opus DTX); after this long
@@ -121,18 +119,6 @@ impl CallObserver for RoomObserver<'_> {
         }
         self.inner.turn_answered(turn);
     }
-}
-
-/// [`crate::LiveKitAgent::answer_room`].
-pub(crate) fn answer_room(
-    agent: &VoiceAgent,
-    runtime: &tokio::runtime::Handle,
-    url: &str,
-    token: &str,
-    observer: &mut dyn CallObserver,
-) -> Result<RoomCall> {
-    let (_never, hang_up) = watch::channel(false);
-    agent.answer_room_until(runtime, url, token, observer, hang_up)
 }
 
 /// [`crate::LiveKitAgent::answer_room_until`].

@@ -45,7 +45,10 @@ pub trait LiveKitAgent {
         url: &str,
         token: &str,
         observer: &mut dyn CallObserver,
-    ) -> Result<RoomCall>;
+    ) -> Result<RoomCall> {
+        let (_never, hang_up) = watch::channel(false);
+        self.answer_room_until(runtime, url, token, observer, hang_up)
+    }
 
     /// As [`LiveKitAgent::answer_room`], and once `hang_up` turns true the agent finishes
     /// the turn in progress (the caller's words, its reply) and leaves.
@@ -72,16 +75,6 @@ pub trait LiveKitAgent {
 }
 
 impl LiveKitAgent for VoiceAgent {
-    fn answer_room(
-        &self,
-        runtime: &tokio::runtime::Handle,
-        url: &str,
-        token: &str,
-        observer: &mut dyn CallObserver,
-    ) -> Result<RoomCall> {
-        call::answer_room(self, runtime, url, token, observer)
-    }
-
     fn answer_room_until(
         &self,
         runtime: &tokio::runtime::Handle,
