@@ -31,6 +31,9 @@ pub struct TurnRecord {
     /// Replies started that way during the turn and cancelled because the caller went on.
     #[serde(default)]
     pub preemptive_discarded: usize,
+    /// The reply given opened with a sentence synthesized before the turn ended.
+    #[serde(default)]
+    pub opening_ahead: bool,
 }
 
 impl TurnRecord {
@@ -171,6 +174,7 @@ mod tests {
             end_of_turn_score: Some(0.9),
             preemptive: false,
             preemptive_discarded: 0,
+            opening_ahead: false,
         }
     }
 

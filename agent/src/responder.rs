@@ -114,6 +114,36 @@ struct HeldReply {
     transcript: String,
     transcript_at: Instant,
     stream: ReplyStream,
+    /// Its opening, made while the end of the turn was still being decided.
+    opening: Opening,
+}
+
+/// A held reply's first sentence (or clause), read from the engine and synthesized at the
+/// stop: an unsure turn's answer is heard the moment its end is decided, not a synthesis
+/// later.
+struct Opening {
+    /// The splitter, holding the text after the sentences below.
+    splitter: SentenceSplitter,
+    /// The sentences the engine had completed; the first with its audio.
+    sentences: Vec<String>,
+    audio: Option<Audio>,
+    first_token_at: Option<Instant>,
+    first_sentence_at: Instant,
+    /// When its audio was ready.
+    ready_at: Instant,
+    /// The reply ended within its opening.
+    stream_ended: bool,
+}
+
+/// A reply as far as it has been said.
+struct Said {
+    limit: ReplyLimit,
+    /// The sentences handed out to be spoken: the reply, as far as the caller goes.
+    spoken: Vec<String>,
+    first_sentence_s: Option<f64>,
+    first_audio_s: Option<f64>,
+    /// The reply may say no more (its sentence limit, a loop, a repeat).
+    ended: bool,
 }
 
 /// Work for a call's responder, in the order the call produces it.
@@ -178,13 +208,61 @@ impl Responder {
         }
         let mut messages = self.turn_hint().conversation();
         messages.push(Message::new(Role::User, transcript.clone()));
-        let stream = self.chat(messages)?;
+        let transcript_at = Instant::now();
+        let mut stream = self.chat(messages)?;
+        let opening = self.read_opening(&mut stream)?;
         self.held = Some(HeldReply {
             transcript,
-            transcript_at: Instant::now(),
+            transcript_at,
             stream,
+            opening,
         });
         Ok(())
+    }
+
+    /// Reads a reply's stream up to its first sentence, and synthesizes that sentence.
+    fn read_opening(&mut self, stream: &mut ReplyStream) -> Result<Opening> {
+        let mut splitter = self.splitter();
+        let (mut sentences, mut first_token_at, mut stream_ended) = (Vec::new(), None, false);
+        while sentences.is_empty() {
+            match stream.next_blocking() {
+                Some(event) => match event.context("engine reply")? {
+                    StreamEvent::Text(text) => {
+                        first_token_at.get_or_insert_with(Instant::now);
+                        sentences = splitter.push(&text);
+                    }
+                    StreamEvent::Done(_) => stream_ended = true,
+                },
+                None => stream_ended = true,
+            }
+            if stream_ended {
+                break;
+            }
+        }
+        let first_sentence_at = Instant::now();
+        let audio = match sentences.first() {
+            Some(first) => {
+                self.engine.first_sentence_out(self.call_id);
+                Some(self.voice.synthesize(&speakable(first))?)
+            }
+            None => None,
+        };
+        Ok(Opening {
+            splitter,
+            sentences,
+            audio,
+            first_token_at,
+            first_sentence_at,
+            ready_at: Instant::now(),
+            stream_ended,
+        })
+    }
+
+    fn splitter(&self) -> SentenceSplitter {
+        match self.config.first_clause_words {
+            Some(words) => SentenceSplitter::new().first_clause_words(words),
+            None => SentenceSplitter::new(),
+        }
     }
 
     fn chat(&self, messages: Vec<Message>) -> Result<ReplyStream> {
@@ -233,11 +311,12 @@ impl Responder {
         let preemptive = self.held.is_some();
         let preemptive_discarded = std::mem::take(&mut self.discarded);
         let turn_index = self.turns + 1;
-        let (transcript, transcript_s, mut stream) = match self.held.take() {
+        let (transcript, transcript_s, mut stream, opening) = match self.held.take() {
             Some(held) => {
                 let user = Message::new(Role::User, held.transcript.clone());
                 lock(&self.memory).messages.push(user);
-                (held.transcript, call_time(held.transcript_at), held.stream)
+                let at = call_time(held.transcript_at);
+                (held.transcript, at, held.stream, Some(held.opening))
             }
             None => {
                 let transcript = match &turn.transcript {
@@ -251,21 +330,46 @@ impl Responder {
                 let user = Message::new(Role::User, transcript.clone());
                 lock(&self.memory).messages.push(user);
                 let stream = self.chat(self.turn_hint().conversation())?;
-                (transcript, transcript_s, stream)
+                (transcript, transcript_s, stream, None)
             }
         };
 
-        let mut splitter = match self.config.first_clause_words {
-            Some(words) => SentenceSplitter::new().first_clause_words(words),
-            None => SentenceSplitter::new(),
+        let mut said = Said {
+            limit: ReplyLimit::new(self.config.max_reply_sentences),
+            spoken: Vec::new(),
+            first_sentence_s: None,
+            first_audio_s: None,
+            ended: false,
         };
-        let mut limit = ReplyLimit::new(self.config.max_reply_sentences);
-        // The sentences handed out to be spoken: the reply, as far as the caller goes.
-        let mut spoken: Vec<String> = Vec::new();
-        let mut ended = false;
-        let (mut first_token_s, mut first_sentence_s, mut first_audio_s) = (None, None, None);
+        let (mut splitter, mut first_token_s, mut stream_ended) = (self.splitter(), None, false);
+        let opening_ahead = opening
+            .as_ref()
+            .is_some_and(|o| o.audio.is_some() && o.ready_at <= turn.judged_at);
+        if let Some(opening) = opening {
+            splitter = opening.splitter;
+            first_token_s = opening.first_token_at.map(call_time);
+            stream_ended = opening.stream_ended;
+            let mut audio = opening.audio;
+            for sentence in opening.sentences {
+                let made_at = opening.first_sentence_at;
+                if !self.say(
+                    turn_index,
+                    sentence,
+                    audio.take(),
+                    made_at,
+                    &mut said,
+                    out,
+                    &call_time,
+                )? {
+                    break;
+                }
+            }
+        }
         let cut = |memory: &SharedMemory| lock(memory).cut.contains_key(&turn_index);
-        'reply: while let Some(event) = stream.next_blocking() {
+        'reply: while !said.ended && !stream_ended {
+            let Some(event) = stream.next_blocking() else {
+                break;
+            };
             if cut(&self.memory) {
                 break; // dropping the stream cancels the request in the engine
             }
@@ -273,19 +377,8 @@ impl Responder {
                 StreamEvent::Text(text) => {
                     first_token_s.get_or_insert_with(|| call_time(Instant::now()));
                     for sentence in splitter.push(&text) {
-                        if !limit.admit(&sentence) {
-                            ended = true;
-                            break 'reply;
-                        }
-                        if first_sentence_s.is_none() {
-                            first_sentence_s = Some(call_time(Instant::now()));
-                            self.engine.first_sentence_out(self.call_id);
-                        }
-                        let at = self.speak(turn_index, &sentence, out, &call_time)?;
-                        first_audio_s = first_audio_s.or(at);
-                        spoken.push(sentence);
-                        if limit.full() {
-                            ended = true;
+                        let now = Instant::now();
+                        if !self.say(turn_index, sentence, None, now, &mut said, out, &call_time)? {
                             break 'reply;
                         }
                     }
@@ -294,15 +387,26 @@ impl Responder {
             }
         }
         drop(stream);
-        let rest = splitter
+        if let Some(rest) = splitter
             .finish()
-            .filter(|rest| !ended && !cut(&self.memory) && limit.admit(rest));
-        if let Some(rest) = rest {
-            first_sentence_s.get_or_insert_with(|| call_time(Instant::now()));
-            let at = self.speak(turn_index, &rest, out, &call_time)?;
-            first_audio_s = first_audio_s.or(at);
-            spoken.push(rest);
+            .filter(|_| !said.ended && !cut(&self.memory))
+        {
+            self.say(
+                turn_index,
+                rest,
+                None,
+                Instant::now(),
+                &mut said,
+                out,
+                &call_time,
+            )?;
         }
+        let Said {
+            spoken,
+            first_sentence_s,
+            first_audio_s,
+            ..
+        } = said;
         let reply = spoken.join(" ").trim().to_string();
         remember_reply(&self.memory, turn_index, &reply);
         self.turns = turn_index;
@@ -320,19 +424,52 @@ impl Responder {
             end_of_turn_score: turn.end_of_turn_score,
             preemptive,
             preemptive_discarded,
+            opening_ahead,
         }))
     }
 
-    /// Synthesizes a sentence and queues it; returns the call time it was handed out.
+    /// Says one sentence of a reply, made at `made_at`, unless the reply's limit ends it
+    /// there; whether the reply may go on.
+    #[allow(clippy::too_many_arguments)]
+    fn say(
+        &mut self,
+        turn: usize,
+        sentence: String,
+        audio: Option<Audio>,
+        made_at: Instant,
+        said: &mut Said,
+        out: &mut dyn AudioOut,
+        call_time: &dyn Fn(Instant) -> f64,
+    ) -> Result<bool> {
+        if !said.limit.admit(&sentence) {
+            said.ended = true;
+            return Ok(false);
+        }
+        if said.first_sentence_s.is_none() {
+            said.first_sentence_s = Some(call_time(made_at));
+            self.engine.first_sentence_out(self.call_id);
+        }
+        let at = self.speak(turn, &sentence, audio, out, call_time)?;
+        said.first_audio_s = said.first_audio_s.or(at);
+        said.spoken.push(sentence);
+        said.ended = said.limit.full();
+        Ok(!said.ended)
+    }
+
+    /// Queues a sentence, synthesized unless its `audio` is given; returns the call time it
+    /// was handed out.
     fn speak(
         &mut self,
         turn: usize,
         sentence: &str,
+        audio: Option<Audio>,
         out: &mut dyn AudioOut,
         call_time: &dyn Fn(Instant) -> f64,
     ) -> Result<Option<f64>> {
-        let text = speakable(sentence);
-        let audio = self.voice.synthesize(&text)?;
+        let audio = match audio {
+            Some(audio) => audio,
+            None => self.voice.synthesize(&speakable(sentence))?,
+        };
         if audio.samples.is_empty() {
             return Ok(None);
         }

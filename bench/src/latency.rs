@@ -68,6 +68,12 @@ pub struct LatencyFigures {
     pub late_turns: usize,
     /// Scripted turns with no answer at their end.
     pub missed: usize,
+    /// Answered turns whose reply was started at the stop, and those of them whose first
+    /// sentence was already synthesized when the turn ended.
+    #[serde(default)]
+    pub preemptive: usize,
+    #[serde(default)]
+    pub opening_ahead: usize,
     pub voice_to_voice: Option<Spread>,
     /// Each stage of [`STAGE_NAMES`], measured from the one before.
     pub stages: Vec<(String, Option<Spread>)>,
@@ -121,9 +127,97 @@ pub fn figures(calls: &[PlayedCall]) -> LatencyFigures {
         false_cut_offs,
         late_turns: v2v.iter().filter(|&&v| v > LATE_S).count(),
         missed,
+        preemptive: answered.iter().filter(|r| r.preemptive).count(),
+        opening_ahead: answered.iter().filter(|r| r.opening_ahead).count(),
         voice_to_voice: Spread::of(&v2v),
         stages,
         replies: reply_figures(&all_replies),
+    }
+}
+
+/// The agent's call clock against the script's, for a call through a room: the agent's
+/// clock starts with the first audio it received, somewhere after the caller began. The
+/// median, over the turns it answered, of its stop less the nearest scripted end (0 when
+/// it answered none).
+pub fn clock_offset_s(script: &[ScriptedTurn], turns: &[TurnRecord]) -> f64 {
+    let offsets: Vec<f64> = turns
+        .iter()
+        .filter_map(|record| {
+            script
+                .iter()
+                .map(|t| record.caller_stop_s - t.end_s)
+                .min_by(|a, b| a.abs().total_cmp(&b.abs()))
+        })
+        .collect();
+    if offsets.is_empty() {
+        return 0.0;
+    }
+    percentile(&offsets, 50.0)
+}
+
+/// `call` on the script's clock: every time in it less `offset_s`.
+pub fn on_script_clock(mut call: PlayedCall, offset_s: f64) -> PlayedCall {
+    for t in &mut call.ends_of_turn_s {
+        *t -= offset_s;
+    }
+    for r in &mut call.turns {
+        for t in [
+            &mut r.caller_stop_s,
+            &mut r.end_of_turn_s,
+            &mut r.transcript_s,
+            &mut r.first_token_s,
+            &mut r.first_sentence_s,
+            &mut r.first_audio_s,
+        ] {
+            *t -= offset_s;
+        }
+    }
+    call
+}
+
+/// What the caller heard of one call through a room: when reply audio began, on the
+/// script's clock (the caller's own).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HeardCall {
+    pub script: Vec<ScriptedTurn>,
+    pub onsets_s: Vec<f64>,
+}
+
+/// Voice to voice as the caller heard it, for each scripted turn: its end to the first
+/// onset after it and before the next turn begins (`None`: no answer heard).
+pub fn heard_voice_to_voice(call: &HeardCall) -> Vec<Option<f64>> {
+    call.script
+        .iter()
+        .enumerate()
+        .map(|(i, turn)| {
+            let next_start = call.script.get(i + 1).map_or(f64::INFINITY, |t| t.start_s);
+            call.onsets_s
+                .iter()
+                .find(|&&at| at > turn.end_s && at < next_start)
+                .map(|at| at - turn.end_s)
+        })
+        .collect()
+}
+
+/// The caller's side of calls through a room.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HeardFigures {
+    pub scripted_turns: usize,
+    /// Scripted turns the caller heard an answer to.
+    pub answered: usize,
+    pub voice_to_voice: Option<Spread>,
+    /// Answers heard more than [`LATE_S`] after the turn's end.
+    pub late_turns: usize,
+}
+
+pub fn heard_figures(calls: &[HeardCall]) -> HeardFigures {
+    let all: Vec<Option<f64>> = calls.iter().flat_map(heard_voice_to_voice).collect();
+    let heard: Vec<f64> = all.iter().flatten().copied().collect();
+    HeardFigures {
+        scripted_turns: all.len(),
+        answered: heard.len(),
+        voice_to_voice: Spread::of(&heard),
+        late_turns: heard.iter().filter(|&&v| v > LATE_S).count(),
     }
 }
 
@@ -209,7 +303,48 @@ mod tests {
             end_of_turn_score: Some(0.9),
             preemptive: false,
             preemptive_discarded: 0,
+            opening_ahead: false,
         }
+    }
+
+    #[test]
+    fn the_caller_hears_each_turn_answered_at_the_first_onset_after_its_end() {
+        let call = HeardCall {
+            script: vec![scripted(1.0, 4.0, vec![]), scripted(10.0, 12.0, vec![])],
+            // An onset inside the first turn (the agent talking over it) is not its
+            // answer; its second sentence (6.0) is not a turn's answer either; the second
+            // turn is never answered.
+            onsets_s: vec![3.0, 4.9, 6.0],
+        };
+        let v2v = heard_voice_to_voice(&call);
+        assert_eq!(v2v.len(), 2);
+        assert!((v2v[0].unwrap() - 0.9).abs() < 1e-9, "{v2v:?}");
+        assert_eq!(v2v[1], None);
+        let figures = heard_figures(&[call]);
+        assert_eq!((figures.scripted_turns, figures.answered), (2, 1));
+        assert_eq!(figures.late_turns, 0);
+    }
+
+    #[test]
+    fn an_agents_clock_is_put_on_the_scripts() {
+        let script = vec![scripted(1.0, 4.0, vec![]), scripted(10.0, 12.0, vec![])];
+        // The agent heard the caller from 0.8 s into the call: its times run 0.8 s early.
+        let turns = vec![record(3.25, 1.0), record(11.2, 1.0)];
+        let offset = clock_offset_s(&script, &turns);
+        assert!((offset + 0.8).abs() < 1e-9, "{offset}");
+        let call = PlayedCall {
+            call: "c".into(),
+            script: script.clone(),
+            turns,
+            ends_of_turn_s: vec![3.75, 11.7],
+        };
+        let shifted = on_script_clock(call, offset);
+        assert!((shifted.turns[1].caller_stop_s - 12.0).abs() < 1e-9);
+        assert!((shifted.ends_of_turn_s[0] - 4.55).abs() < 1e-9);
+        // Voice to voice is a difference on one clock: unchanged.
+        assert!((shifted.turns[0].voice_to_voice_s() - 1.0).abs() < 1e-9);
+        let figures = figures(&[shifted]);
+        assert_eq!((figures.answered, figures.false_cut_offs), (2, 0));
     }
 
     #[test]

@@ -10,7 +10,8 @@
 //! - [`agents`]: the replayer that drives the API as coding agents do;
 //! - [`engine_speed`]: the engine's own speed (`engine-bench`), beside llama.cpp's;
 //! - [`test_callers`]: the latency benchmark's scripted calls in several voices, with
-//!   mid-sentence pauses; [`latency`]: its figures (pure).
+//!   mid-sentence pauses; [`latency`]: its figures (pure); [`room_calls`]: its calls
+//!   through a LiveKit room, LiveKit's official client as the caller.
 
 pub mod agents;
 pub mod engine_speed;
@@ -18,6 +19,7 @@ pub mod figures;
 pub mod latency;
 pub mod plots;
 pub mod report;
+pub mod room_calls;
 pub mod rounds;
 pub mod stats;
 pub mod test_callers;

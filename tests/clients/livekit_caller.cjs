@@ -4,7 +4,9 @@
 // Joins the room, optionally publishes a 440 Hz tone or a 16-bit mono WAV file (in real
 // time) as its microphone and listens to the audio tracks it is sent (recording the
 // first to a 48 kHz WAV file with --record), reports what it sees as JSON lines on
-// stdout, then leaves.
+// stdout, then leaves. While a WAV file plays, each start of loud audio heard after
+// 300 ms of quiet is reported as an `onset` at the WAV's time (`at_s`): the caller's
+// side of voice to voice for each of the file's turns.
 const {
   AudioFrame, AudioSource, AudioStream, LocalAudioTrack, Room, RoomEvent,
   TrackPublishOptions, TrackSource, dispose,
@@ -82,6 +84,7 @@ function readWav(path) {
 async function publishWav(room, path, untilMs, heard) {
   const { samples, rate } = readWav(path);
   const source = await publishMicrophone(room, rate);
+  heard.startedAt = Date.now();
   // The caller's last audio: the end of the last frame with speech in it.
   let end = samples.length;
   while (end > 0 && Math.abs(samples[end - 1]) < 300) end--;
@@ -97,7 +100,10 @@ async function publishWav(room, path, untilMs, heard) {
 }
 
 function listen(room) {
-  const heard = { frames: 0, sumSquares: 0, samples: 0, recording: null, spokeAt: 0, replyAt: 0 };
+  const heard = {
+    frames: 0, sumSquares: 0, samples: 0, recording: null, spokeAt: 0, replyAt: 0,
+    startedAt: 0, quietS: 0,
+  };
   room.on(RoomEvent.TrackSubscribed, async (track, publication, participant) => {
     report('subscribed', { identity: participant.identity, track_sid: publication.sid });
     const recording = heard.recording ? null : (heard.recording = []);
@@ -106,12 +112,15 @@ function listen(room) {
       for (const s of frame.data) heard.sumSquares += s * s;
       heard.samples += frame.data.length;
       if (recording) recording.push(Int16Array.from(frame.data));
+      let sum = 0;
+      for (const s of frame.data) sum += s * s;
+      const loud = Math.sqrt(sum / frame.data.length) > 500;
       // Voice to voice: the caller's last audio sent → the first loud audio heard after it.
-      if (heard.spokeAt && !heard.replyAt) {
-        let sum = 0;
-        for (const s of frame.data) sum += s * s;
-        if (Math.sqrt(sum / frame.data.length) > 500) heard.replyAt = Date.now();
+      if (heard.spokeAt && !heard.replyAt && loud) heard.replyAt = Date.now();
+      if (loud && heard.startedAt && heard.quietS >= 0.3) {
+        report('onset', { at_s: (Date.now() - heard.startedAt) / 1000 });
       }
+      heard.quietS = loud ? 0 : heard.quietS + frame.data.length / RATE;
     }
   });
   return heard;

@@ -370,3 +370,28 @@ fn a_reply_started_at_a_pause_is_cancelled_when_the_caller_goes_on() {
     // sentence (itself started when the caller stopped the second time).
     assert_eq!(turn.preemptive_discarded, 1, "{turn:?}");
 }
+
+#[test]
+fn a_reply_started_at_the_stop_is_ready_to_play_when_an_unsure_turn_ends() {
+    let cache = ModelCache::from_env();
+    // Half a sentence ("I would like to book", which Whisper hears as "… to work.") waits
+    // the unsure delay before its turn ends: meanwhile the reply's first sentence is made
+    // and synthesized, and goes out as the turn ends.
+    let unfinished = || vec![Step::Say(utterance(&cache, "I would like to book"))];
+    let turns = live_call(&preemptive_agent(&cache), unfinished(), 6.0)
+        .seen
+        .turns;
+    eprintln!("{turns:#?}");
+    assert_eq!(turns.len(), 1, "{turns:?}");
+    assert!(turns[0].preemptive, "{turns:?}");
+    assert!(turns[0].opening_ahead, "{turns:?}");
+    let mut agent = agent(&cache);
+    agent.config.preemptive_generation = false;
+    let without = live_call(&agent, unfinished(), 6.0).seen.turns;
+    assert!(!without[0].opening_ahead, "{without:?}");
+    eprintln!(
+        "first audio {:.3} s after the end of the turn with the opening made ahead, {:.3} s without",
+        turns[0].first_audio_s - turns[0].end_of_turn_s,
+        without[0].first_audio_s - without[0].end_of_turn_s
+    );
+}

@@ -39,7 +39,8 @@ commands:
                    llama.cpp on the same model and prompts (--json PATH --weights f16)
   latency [ARGS]   setup, then test calls in several voices, voice alone, in real time: voice to
                    voice per stage, false cut-offs, late turns, old configuration beside the new
-                   (--json PATH --configs old,new,new+preemptive)
+                   (--json PATH --configs old,new,new+preemptive --livekit: through a LiveKit
+                   room, LiveKit's official client as the caller)
   patches save     write patches/<crate>/ back from the commits in patched/<crate>
 
 environment:

@@ -4,8 +4,12 @@
 //! no preemption) in the same run, side by side.
 //!
 //! ```text
-//! latency [--json PATH] [--configs old,new]
+//! latency [--json PATH] [--configs old,new] [--livekit]
 //! ```
+//!
+//! With `--livekit` every call goes through a LiveKit room of the LiveKit test server,
+//! LiveKit's official Node client as the caller: voice to voice is timed on the caller's
+//! side as well (its end of a turn to the first reply audio it heard).
 //!
 //! A configuration is `old` or `new`, optionally with changes: `new+preemptive`,
 //! `new-early` (no early transcript), `new+dynamic` (dynamic endpointing), `old+preemptive`,
@@ -21,9 +25,14 @@ use anyhow::{bail, Result};
 use clap::Parser;
 use serde_json::json;
 use sublet_agent::{AgentConfig, CallObserver, Pacing, TurnRecord, VoiceAgent};
-use sublet_bench::latency::{figures, LatencyFigures, PlayedCall, Spread, LATE_S};
+use sublet_bench::latency::{
+    clock_offset_s, figures, heard_figures, on_script_clock, HeardCall, HeardFigures,
+    LatencyFigures, PlayedCall, Spread, LATE_S,
+};
+use sublet_bench::room_calls::{play_in_room, API_KEY, API_SECRET};
 use sublet_bench::test_callers;
 use sublet_engine::{Engine, EngineConfig};
+use sublet_livekit_testserver::TestServer;
 use sublet_models::ModelCache;
 use sublet_turn_detect::TurnEvent;
 
@@ -36,6 +45,18 @@ struct Args {
     /// The configurations to compare, in order (see the module docs).
     #[arg(long, value_delimiter = ',', default_value = "old,new")]
     configs: Vec<String>,
+    /// Through a LiveKit room, the official client as the caller.
+    #[arg(long)]
+    livekit: bool,
+}
+
+/// One configuration's calls and figures.
+struct ConfigRun {
+    name: String,
+    figures: LatencyFigures,
+    calls: Vec<PlayedCall>,
+    /// Through a room: what the caller heard.
+    heard: Option<(HeardFigures, Vec<HeardCall>)>,
 }
 
 fn progress(line: impl AsRef<str>) {
@@ -113,14 +134,27 @@ fn run(args: Args) -> Result<()> {
     let calls = test_callers::ensure(&cache, &mut |line| progress(line))?;
     progress("loading the engine");
     let engine = Arc::new(Engine::load(&EngineConfig::bundled(&cache)?)?);
-    let mut results: Vec<(String, LatencyFigures, Vec<PlayedCall>)> = Vec::new();
+    let room = match args.livekit {
+        true => Some((
+            TestServer::start(API_KEY, API_SECRET)?,
+            tokio::runtime::Runtime::new()?,
+        )),
+        false => None,
+    };
+    let mut results: Vec<ConfigRun> = Vec::new();
     for (name, config) in configs {
         let agent = VoiceAgent::with_engine(cache.clone(), engine.clone(), config);
         let mut played = Vec::new();
+        let mut heard = Vec::new();
         for (i, call) in calls.iter().enumerate() {
             let audio = sublet_audio::read_wav(&call.wav)?;
+            let how = if room.is_some() {
+                "LiveKit room"
+            } else {
+                "real time"
+            };
             progress(format!(
-                "{name}: call {}/{} {} ({:.0} s, real time)",
+                "{name}: call {}/{} {} ({:.0} s, {how})",
                 i + 1,
                 calls.len(),
                 call.name,
@@ -130,59 +164,120 @@ fn run(args: Args) -> Result<()> {
                 ends_of_turn_s: Vec::new(),
             };
             let started = Instant::now();
-            let outcome =
-                agent.answer_recording(&audio, Pacing::Realtime, audio.rate, &mut seen)?;
+            let turns = match &room {
+                Some((server, runtime)) => {
+                    let room_name = format!("latency-{}-{}", results.len(), i);
+                    let in_room = play_in_room(
+                        &agent,
+                        server,
+                        runtime.handle(),
+                        &room_name,
+                        call,
+                        &mut seen,
+                    )?;
+                    heard.push(HeardCall {
+                        script: call.turns.clone(),
+                        onsets_s: in_room.onsets_s,
+                    });
+                    in_room.turns
+                }
+                None => {
+                    agent
+                        .answer_recording(&audio, Pacing::Realtime, audio.rate, &mut seen)?
+                        .turns
+                }
+            };
             progress(format!(
                 "{name}: {} answered in {:.0} s",
                 call.name,
                 started.elapsed().as_secs_f64()
             ));
-            played.push(PlayedCall {
+            let offset_s = match room {
+                Some(_) => clock_offset_s(&call.turns, &turns),
+                None => 0.0,
+            };
+            let call = PlayedCall {
                 call: call.name.clone(),
                 script: call.turns.clone(),
-                turns: outcome.turns,
+                turns,
                 ends_of_turn_s: seen.ends_of_turn_s,
-            });
+            };
+            played.push(on_script_clock(call, offset_s));
         }
-        results.push((name, figures(&played), played));
+        results.push(ConfigRun {
+            name,
+            figures: figures(&played),
+            heard: room.as_ref().map(|_| (heard_figures(&heard), heard)),
+            calls: played,
+        });
     }
     print_table(&results);
     if let Some(path) = &args.json {
         let configs: serde_json::Map<String, serde_json::Value> = results
             .iter()
-            .map(|(name, figures, calls)| {
-                (name.clone(), json!({ "figures": figures, "calls": calls }))
+            .map(|run| {
+                let heard = run
+                    .heard
+                    .as_ref()
+                    .map(|(figures, calls)| json!({ "figures": figures, "calls": calls }));
+                let value = json!({ "figures": run.figures, "calls": run.calls, "heard": heard });
+                (run.name.clone(), value)
             })
             .collect();
-        let report = json!({ "late_s": LATE_S, "configs": configs });
+        let report = json!({ "late_s": LATE_S, "livekit": args.livekit, "configs": configs });
         std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n")?;
         progress(format!("wrote {}", path.display()));
     }
     Ok(())
 }
 
-fn print_table(results: &[(String, LatencyFigures, Vec<PlayedCall>)]) {
-    let Some((_, first, _)) = results.first() else {
+fn print_table(results: &[ConfigRun]) {
+    let Some(first_run) = results.first() else {
         return;
     };
+    let first = &first_run.figures;
+    let through = match first_run.heard {
+        Some(_) => "through a LiveKit room, the official client as the caller",
+        None => "played in real time",
+    };
     println!(
-        "\n{} calls, {} scripted turns, {} mid-turn pauses; voice alone",
-        results[0].2.len(),
+        "\n{} calls, {} scripted turns, {} mid-turn pauses; voice alone, {through}",
+        first_run.calls.len(),
         first.scripted_turns,
         first.mid_turn_pauses
     );
-    let row = |label: &str, cell: &dyn Fn(&LatencyFigures) -> String| {
-        let cells: String = results
-            .iter()
-            .map(|(_, f, _)| format!("{:>18}", cell(f)))
-            .collect();
-        println!("{label:<34}{cells}");
-    };
-    let names: String = results.iter().map(|(n, _, _)| format!("{n:>18}")).collect();
-    println!("{:<34}{names}", "");
     let spread = |s: Option<Spread>| match s {
         Some(s) => format!("{:.2} / {:.2}", s.p50, s.p95),
         None => "-".into(),
+    };
+    let names: String = results.iter().map(|r| format!("{:>18}", r.name)).collect();
+    println!("{:<34}{names}", "");
+    if first_run.heard.is_some() {
+        let heard_row = |label: &str, cell: &dyn Fn(&HeardFigures) -> String| {
+            let cells: String = results
+                .iter()
+                .map(|r| r.heard.as_ref().map_or("-".into(), |(h, _)| cell(h)))
+                .map(|c| format!("{c:>18}"))
+                .collect();
+            println!("{label:<34}{cells}");
+        };
+        heard_row("caller's voice to voice p50 / p95", &|h| {
+            spread(h.voice_to_voice)
+        });
+        heard_row(&format!("  late (over {LATE_S} s)"), &|h| {
+            format!("{} of {}", h.late_turns, h.answered)
+        });
+        heard_row("  turns with no answer heard", &|h| {
+            (h.scripted_turns - h.answered).to_string()
+        });
+        println!("by the agent's clock:");
+    }
+    let row = |label: &str, cell: &dyn Fn(&LatencyFigures) -> String| {
+        let cells: String = results
+            .iter()
+            .map(|r| format!("{:>18}", cell(&r.figures)))
+            .collect();
+        println!("{label:<34}{cells}");
     };
     row("voice to voice p50 / p95, s", &|f| spread(f.voice_to_voice));
     for (i, (name, _)) in first.stages.iter().enumerate() {
@@ -193,6 +288,10 @@ fn print_table(results: &[(String, LatencyFigures, Vec<PlayedCall>)]) {
         format!("{} of {}", f.late_turns, f.answered)
     });
     row("turns not answered at their end", &|f| f.missed.to_string());
+    row("replies started at the stop", &|f| f.preemptive.to_string());
+    row("  opening synthesized by the end", &|f| {
+        f.opening_ahead.to_string()
+    });
     row("replies: median words", &|f| {
         format!("{:.0}", f.replies.median_words)
     });
