@@ -220,23 +220,19 @@ impl Responder {
         Ok(())
     }
 
-    /// Reads a reply's stream up to its first sentence, and synthesizes that sentence.
+    /// Reads a reply's stream up to its first sentence, and synthesizes that sentence. The
+    /// responder's next work (a discard, the answer) waits meanwhile: a few hundred ms, the
+    /// time the answer itself would first spend on the same.
     fn read_opening(&mut self, stream: &mut ReplyStream) -> Result<Opening> {
         let mut splitter = self.splitter();
         let (mut sentences, mut first_token_at, mut stream_ended) = (Vec::new(), None, false);
-        while sentences.is_empty() {
-            match stream.next_blocking() {
-                Some(event) => match event.context("engine reply")? {
-                    StreamEvent::Text(text) => {
-                        first_token_at.get_or_insert_with(Instant::now);
-                        sentences = splitter.push(&text);
-                    }
-                    StreamEvent::Done(_) => stream_ended = true,
-                },
-                None => stream_ended = true,
-            }
-            if stream_ended {
-                break;
+        while sentences.is_empty() && !stream_ended {
+            match stream.next_blocking().transpose().context("engine reply")? {
+                Some(StreamEvent::Text(text)) => {
+                    first_token_at.get_or_insert_with(Instant::now);
+                    sentences = splitter.push(&text);
+                }
+                Some(StreamEvent::Done(_)) | None => stream_ended = true,
             }
         }
         let first_sentence_at = Instant::now();

@@ -38,23 +38,17 @@ pub fn play_in_room(
     observer: &mut dyn CallObserver,
 ) -> Result<RoomCallPlayed> {
     let seconds = sublet_audio::read_wav(&call.wav)?.duration_s();
+    let Some(wav) = call.wav.to_str().map(str::to_owned) else {
+        bail!("{} is not a UTF-8 path", call.wav.display());
+    };
     let url = server.url.clone();
-    let (wav, room_name) = (call.wav.clone(), room.to_owned());
+    let room_name = room.to_owned();
     let caller = std::thread::spawn(move || {
         std::thread::sleep(CALLER_JOINS_AFTER);
         let ttl = Duration::from_secs(600);
         let token = room_token(API_KEY, API_SECRET, "caller", &room_name, ttl);
         let listen = format!("{:.0}", seconds.ceil() + 1.0);
-        livekit_caller(
-            &url,
-            &token,
-            &[
-                "--publish-wav",
-                wav.to_str().unwrap_or(""),
-                "--listen",
-                &listen,
-            ],
-        )
+        livekit_caller(&url, &token, &["--publish-wav", &wav, "--listen", &listen])
     });
     let credentials = server.credentials();
     let token = credentials.agent_token(room, "sublet-agent")?;
