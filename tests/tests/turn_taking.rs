@@ -375,8 +375,9 @@ fn a_reply_started_at_a_pause_is_cancelled_when_the_caller_goes_on() {
 fn a_reply_started_at_the_stop_is_ready_to_play_when_an_unsure_turn_ends() {
     let cache = ModelCache::from_env();
     // Half a sentence ("I would like to book", which Whisper hears as "… to work.") waits
-    // the unsure delay before its turn ends: meanwhile the reply's first sentence is made
-    // and synthesized, and goes out as the turn ends.
+    // before its turn ends (its last words hold it open; Smart Turn's score of it swings
+    // between 0.5 and 0.9 with the window's last 16 ms): meanwhile the reply's first
+    // sentence is made and synthesized, and goes out as the turn ends.
     let unfinished = || vec![Step::Say(utterance(&cache, "I would like to book"))];
     let turns = live_call(&preemptive_agent(&cache), unfinished(), 6.0)
         .seen

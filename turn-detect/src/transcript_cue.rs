@@ -7,7 +7,11 @@
 //! - A number may not be: a number being dictated goes on after a breath, but one can also
 //!   end the turn ("… six seven eight nine"), so it waits as long as an unsure stop.
 //! - So is a verb that needs an object, said last after "to" or "please" ("remind me to
-//!   buy", "I would like to order"), even when the transcriber heard a question in it.
+//!   buy", "I would like to order"), even when the transcriber heard a question in it;
+//!   and any verb said last after a wish's "to" ("I would like to …", "I need to …"): a
+//!   caller telling an agent what they want names it next, and the transcriber often
+//!   mishears the verb itself ("book" as "work"). Holding a finished "I want to sleep."
+//!   costs one long wait; cutting off "I would like to book … a table" talks over them.
 //! - Anything else says nothing; the end-of-turn model's score decides alone.
 //!
 //! Bracketed or parenthesised notes the transcriber adds (`[BLANK_AUDIO]`, `(laughs)`) are
@@ -45,6 +49,12 @@ const OBJECT_VERBS: &[&str] = &[
 /// Words after which such a verb dangles: the infinitive's "to" ("I would like to order"),
 /// a request's "please". After a subject it may be whole ("the one I will take").
 const BEFORE_A_VERB: &[&str] = &["to", "please"];
+
+/// Words of wanting before an infinitive ("like to", "want to", "need to"): whatever verb
+/// follows, what is wanted usually comes after it.
+const WANTING: &[&str] = &[
+    "like", "love", "want", "wanted", "need", "needed", "wish", "hoping",
+];
 
 /// Number words: a caller dictating digits may not be done.
 const NUMBER_WORDS: &[&str] = &[
@@ -115,14 +125,17 @@ fn dangling_verb(text: &str) -> bool {
     let words: Vec<String> = text
         .split_whitespace()
         .rev()
-        .take(2)
+        .take(3)
         .map(|w| {
             w.trim_matches(|c: char| !c.is_alphanumeric())
                 .to_lowercase()
         })
         .collect();
     match words.as_slice() {
-        [last, before] => {
+        [last, before, wish, ..] if before == "to" && WANTING.contains(&wish.as_str()) => {
+            !last.is_empty() && !TRAILING_WORDS.contains(&last.as_str())
+        }
+        [last, before, ..] => {
             OBJECT_VERBS.contains(&last.as_str()) && BEFORE_A_VERB.contains(&before.as_str())
         }
         _ => false,
@@ -173,6 +186,9 @@ mod tests {
             "It costs three point",
             "Could you remind me to buy?",
             "I would like to order.",
+            "I would like to work.",
+            "We need to renew?",
+            "I'd love to visit",
         ] {
             assert_eq!(transcript_cue(text), TranscriptCue::Trailing, "{text:?}");
         }
@@ -199,6 +215,8 @@ mod tests {
             "Hello there (laughs)",
             "I placed an order.",
             "That's the one I will take",
+            "I went to work.",
+            "I would like to book it, please.",
         ] {
             assert_eq!(transcript_cue(text), TranscriptCue::Neutral, "{text:?}");
         }
