@@ -17,7 +17,11 @@ fn committed() -> Vec<(BenchReport, PathBuf)> {
 }
 
 fn committed_in(run: &str) -> (BenchReport, PathBuf) {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    // `cargo test` gives the crate's folder at run time; the one compiled in may be another
+    // checkout's (cargo reuses a shared target directory's build for the same sources).
+    let dir = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into())
         .join("..")
         .join(run);
     let text = std::fs::read_to_string(dir.join("summary.json"))

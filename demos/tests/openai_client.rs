@@ -127,10 +127,12 @@ fn check_served(port: u16) -> String {
     let python = ModelCache::from_env()
         .python()
         .expect("run `cargo xtask setup` for the test clients");
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../tests/clients/openai_chat.py"
-    );
+    // `cargo test` gives the crate's folder at run time; the one compiled in may be another
+    // checkout's (cargo reuses a shared target directory's build for the same sources).
+    let script = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into())
+        .join("../tests/clients/openai_chat.py");
     let output = Command::new(python)
         .arg(script)
         .arg(format!("http://127.0.0.1:{port}/v1"))

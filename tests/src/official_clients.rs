@@ -42,7 +42,7 @@ pub fn room_token(key: &str, secret: &str, identity: &str, room: &str, ttl: Dura
 /// printed (its log goes to this process's stderr).
 pub fn livekit_caller(url: &str, token: &str, args: &[&str]) -> (bool, Vec<Value>) {
     let cache = ModelCache::from_env();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("clients/livekit_caller.cjs");
+    let script = crate_dir().join("clients/livekit_caller.cjs");
     let mut node = Command::new("node");
     node.arg(script).args([url, token]).args(args).env(
         "NODE_PATH",
@@ -76,8 +76,16 @@ pub fn livekit_agents_worker(
     let python = ModelCache::from_env()
         .python()
         .expect("setup installed the Python clients");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("clients/livekit_worker.py");
+    let script = crate_dir().join("clients/livekit_worker.py");
     let mut python = Command::new(python);
     python.arg(script).args([url, key, secret, agent_name]);
     run_client(python)
+}
+
+/// This crate's folder: `cargo test` gives it at run time; the one compiled in may be
+/// another checkout's (cargo reuses a shared target directory's build for the same sources).
+fn crate_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into())
 }

@@ -18,7 +18,7 @@ mod fetch;
 mod patches;
 mod whisper_ggml;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 use std::time::Instant;
 
@@ -81,9 +81,13 @@ fn main() -> ExitCode {
     }
 }
 
-/// The repository root (the folder above this crate).
+/// The repository root (the folder above this crate). `cargo run` gives the crate's
+/// folder at run time; the one compiled in may be another checkout's, since cargo reuses a
+/// shared target directory's build for the same sources at another path.
 fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
         .parent()
         .expect("xtask lives inside the repository")
         .to_path_buf()
@@ -199,7 +203,11 @@ fn engine_bench(extra: &[String]) -> Result<()> {
     let mut command = cargo_run("sublet-bench", "engine_bench")?;
     if !extra.iter().any(|a| a == "--no-llama") {
         let python = client_env::ensure_llama_cpp(&cache)?;
-        command.arg("--llama-python").arg(python);
+        command
+            .arg("--llama-python")
+            .arg(python)
+            .arg("--llama-script")
+            .arg(repo_root().join("bench/llama_cpp/engine_bench.py"));
     }
     command.args(extra);
     run(command)

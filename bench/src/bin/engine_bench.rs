@@ -38,6 +38,10 @@ struct Args {
     /// The Python with llama-cpp-python installed (`cargo xtask engine-bench` passes it).
     #[arg(long)]
     llama_python: Option<PathBuf>,
+    /// llama.cpp's side, `bench/llama_cpp/engine_bench.py` (`cargo xtask engine-bench`
+    /// passes it; default: the one in the checkout this binary was compiled from).
+    #[arg(long)]
+    llama_script: Option<PathBuf>,
     /// Tokens each of the sequences decoding together decodes (longer runs for profiling).
     #[arg(long, default_value_t = SpeedOptions::default().multi_tokens)]
     multi_tokens: usize,
@@ -177,7 +181,12 @@ fn run(args: Args) -> Result<()> {
         reference_answers(Weights::F32)?
     };
     let llama = match &llama_python {
-        Some(python) => Some(run_llama(python, &workload, &options)?),
+        Some(python) => Some(run_llama(
+            python,
+            args.llama_script.as_deref(),
+            &workload,
+            &options,
+        )?),
         None => None,
     };
 
@@ -245,7 +254,12 @@ fn reference_answers(weights: Weights) -> Result<Vec<Answer>> {
 }
 
 /// Runs the llama.cpp side on the same prompts (as ChatML text) and reads its figures.
-fn run_llama(python: &Path, workload: &Workload, options: &SpeedOptions) -> Result<Value> {
+fn run_llama(
+    python: &Path,
+    script: Option<&Path>,
+    workload: &Workload,
+    options: &SpeedOptions,
+) -> Result<Value> {
     let dir = std::env::temp_dir().join(format!("sublet-engine-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let input = dir.join("workload.json");
@@ -261,7 +275,10 @@ fn run_llama(python: &Path, workload: &Workload, options: &SpeedOptions) -> Resu
         "repeats": options.repeats,
     });
     std::fs::write(&input, serde_json::to_string(&spec)?)?;
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("llama_cpp/engine_bench.py");
+    let script = match script {
+        Some(script) => script.to_path_buf(),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("llama_cpp/engine_bench.py"),
+    };
     let model = ModelCache::from_env().llm_gguf()?;
     progress("llama.cpp on the same prompts");
     let status = Command::new(python)
