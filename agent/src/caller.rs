@@ -11,7 +11,7 @@ use sublet_turn_detect::{TurnDetector, TurnEvent};
 
 use crate::call::CallObserver;
 use crate::dispatch::{Dispatch, DispatchRules, TurnDispatch};
-use crate::early_transcript::EarlyTranscript;
+use crate::early_transcript::{EarlyTranscript, SPECULATE_AFTER_S};
 use crate::responder::{FinishedTurn, Responder, TurnHint, TurnWork};
 use crate::VoiceAgent;
 
@@ -28,8 +28,8 @@ pub(crate) enum CallClock {
 /// One caller, heard frame by frame.
 pub(crate) struct Caller {
     pub(crate) detector: TurnDetector,
-    /// The call loop's Whisper context: the early transcripts, and on a live call the
-    /// interruption checks and partial transcripts (one context, one thread).
+    /// The call loop's Whisper context, on a live call: the interruption checks and
+    /// partial transcripts (the early transcripts have a context and thread of their own).
     pub(crate) stt: Option<Transcriber>,
     early: Option<EarlyTranscript>,
     dispatch: TurnDispatch,
@@ -37,11 +37,13 @@ pub(crate) struct Caller {
     pub(crate) clock: CallClock,
     /// When the last early transcript was ready, in call time (the audio clock).
     early_ready_s: f64,
+    /// The last early transcript was started before its stop was decided.
+    early_ahead: bool,
 }
 
 impl Caller {
-    /// A caller; `stt_needed` loads the loop's Whisper context even without early
-    /// transcripts (a live call's interruption checks).
+    /// A caller; `stt_needed` loads the loop's Whisper context (a live call's
+    /// interruption checks).
     pub(crate) fn new(
         agent: &VoiceAgent,
         responder: &Responder,
@@ -51,11 +53,14 @@ impl Caller {
         let config = &agent.config;
         Ok(Self {
             detector: agent.new_detector()?,
-            stt: match config.early_transcript || stt_needed {
+            stt: match stt_needed {
                 true => Some(Transcriber::load(&agent.cache)?),
                 false => None,
             },
-            early: config.early_transcript.then(EarlyTranscript::default),
+            early: match config.early_transcript {
+                true => Some(EarlyTranscript::start(Transcriber::load(&agent.cache)?)?),
+                false => None,
+            },
             dispatch: TurnDispatch::new(DispatchRules {
                 preemptive: config.preemptive_generation,
                 turn_hints: config.turn_hints,
@@ -63,6 +68,7 @@ impl Caller {
             hint: config.turn_hints.then(|| responder.turn_hint()),
             clock,
             early_ready_s: 0.0,
+            early_ahead: false,
         })
     }
 
@@ -80,6 +86,20 @@ impl Caller {
             seen(&event);
             self.carry_out(event, send)?;
         }
+        self.speculate()
+    }
+
+    /// Starts the early transcript once the caller has been quiet long enough that the
+    /// turn's audio up to their last speech is all here, before the stop is certain.
+    fn speculate(&mut self) -> Result<()> {
+        let (Some(early), Some(voiced_until_s)) =
+            (self.early.as_mut(), self.detector.voiced_until_s())
+        else {
+            return Ok(());
+        };
+        if self.detector.position_s() - voiced_until_s + 1e-9 >= SPECULATE_AFTER_S {
+            early.speculate(&self.detector, voiced_until_s)?;
+        }
         Ok(())
     }
 
@@ -94,14 +114,13 @@ impl Caller {
                 at_s, decided_s, ..
             },
             Some(early),
-            Some(stt),
-        ) = (&event, self.early.as_mut(), self.stt.as_mut())
+        ) = (&event, self.early.as_mut())
         {
-            let started = Instant::now();
-            early_text = early
-                .at_stop(stt, &mut self.detector, *at_s)?
-                .map(str::to_owned);
-            self.early_ready_s = decided_s + started.elapsed().as_secs_f64();
+            if let Some(stop) = early.at_stop(&mut self.detector, *at_s)? {
+                self.early_ready_s = decided_s + stop.after_decision_s;
+                self.early_ahead = stop.ahead;
+                early_text = Some(stop.text.to_owned());
+            }
         }
         let work = self.dispatch.on_event(&event);
         for step in &work {
@@ -143,6 +162,7 @@ impl Caller {
             return Ok(());
         }
         let transcript = self.early.as_mut().and_then(|e| e.for_turn(speech_end_s));
+        let transcript_ahead = transcript.is_some() && self.early_ahead;
         let end_of_turn_s = match self.clock {
             CallClock::Wall(started) => started.elapsed().as_secs_f64(),
             CallClock::Audio if transcript.is_some() => decided_s.max(self.early_ready_s),
@@ -155,6 +175,7 @@ impl Caller {
             end_of_turn_score,
             audio,
             transcript,
+            transcript_ahead,
         }))
     }
 }

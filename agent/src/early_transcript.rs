@@ -1,47 +1,206 @@
-//! The turn's transcript taken the moment the caller stops speaking, while the end of the
-//! turn is still being decided: its last words are the end-of-turn rules' second signal
-//! (a question ends the turn at once, a trailing "and" keeps it open), and when the caller
+//! The turn's transcript taken as the caller stops speaking, while the end of the turn is
+//! still being decided: its last words are the end-of-turn rules' second signal (a
+//! question ends the turn at once, a trailing "and" keeps it open), and when the caller
 //! says nothing more it is the turn's transcript, so none is left to take after the end.
+//!
+//! Whisper runs on a thread of its own with a context of its own, and starts before the
+//! stop is certain: once the caller has been quiet for [`SPECULATE_AFTER_S`] (the padding
+//! the turn's audio carries after its last speech, so the audio is the stop's own), the
+//! turn so far is sent to it. The detector confirms the stop only at 0.4 s of quiet and
+//! then scores it with Smart Turn; the transcript is made meanwhile, beside that score
+//! instead of after it. A pause the caller ends sooner wastes that transcription: the
+//! worker takes one at a time, so a caller who pauses often costs at most one core.
 
-use anyhow::Result;
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Context, Result};
 use sublet_stt::Transcriber;
-use sublet_turn_detect::{transcript_cue, TurnDetector};
+use sublet_turn_detect::{transcript_cue, TurnDetector, TURN_PAD_S};
 
-/// A call's early transcripts, taken with the caller loop's Whisper context (the
-/// responder's works on another thread).
-#[derive(Default)]
+/// Quiet after the caller's last speech at which their words so far are transcribed.
+pub(crate) const SPECULATE_AFTER_S: f64 = TURN_PAD_S;
+
+/// A call's early transcripts.
 pub(crate) struct EarlyTranscript {
-    latest: Option<Early>,
+    jobs: Option<mpsc::Sender<Job>>,
+    done: mpsc::Receiver<Done>,
+    worker: Option<JoinHandle<()>>,
+    /// The job the worker holds, not yet collected.
+    in_flight: Option<f64>,
+    /// The latest job collected.
+    finished: Option<Done>,
+}
+
+/// The turn up to a stop, to transcribe.
+struct Job {
+    speech_end_s: f64,
+    audio: Vec<f32>,
+}
+
+/// A job's transcript.
+struct Done {
+    speech_end_s: f64,
+    text: Result<String>,
+    took: Duration,
 }
 
 /// The transcript of the turn as it stood at one stop.
-struct Early {
-    speech_end_s: f64,
-    text: String,
+pub(crate) struct AtStop<'a> {
+    pub(crate) text: &'a str,
+    /// When the transcript was ready, in seconds after the stop was decided (0 when it
+    /// was ready before).
+    pub(crate) after_decision_s: f64,
+    /// It was started before the stop was decided.
+    pub(crate) ahead: bool,
 }
 
 impl EarlyTranscript {
-    /// At a stop: transcribes the turn so far and gives the detector the words' cue.
-    /// Returns the text (empty when the turn held no words).
+    /// Loads the worker's Whisper context and starts its thread.
+    pub(crate) fn start(stt: Transcriber) -> Result<Self> {
+        let (jobs, inbox) = mpsc::channel::<Job>();
+        let (outbox, done) = mpsc::channel::<Done>();
+        let worker = std::thread::Builder::new()
+            .name("early-transcript".into())
+            .spawn(move || {
+                let mut stt = stt;
+                for job in inbox {
+                    let started = Instant::now();
+                    let text = stt.transcribe(&job.audio);
+                    let done = Done {
+                        speech_end_s: job.speech_end_s,
+                        text,
+                        took: started.elapsed(),
+                    };
+                    if outbox.send(done).is_err() {
+                        break;
+                    }
+                }
+            })
+            .context("starting the early transcript's thread")?;
+        Ok(Self {
+            jobs: Some(jobs),
+            done,
+            worker: Some(worker),
+            in_flight: None,
+            finished: None,
+        })
+    }
+
+    /// The caller has been quiet since `speech_end_s` for [`SPECULATE_AFTER_S`]: starts the
+    /// turn's transcript up to there, unless the worker is busy or has it already.
+    pub(crate) fn speculate(&mut self, detector: &TurnDetector, speech_end_s: f64) -> Result<()> {
+        self.collect_ready();
+        let has = |at: Option<f64>| at.is_some_and(|at| same(at, speech_end_s));
+        if self.in_flight.is_some() || has(self.finished.as_ref().map(|d| d.speech_end_s)) {
+            return Ok(());
+        }
+        self.send(detector, speech_end_s)?;
+        Ok(())
+    }
+
+    /// At a stop: the turn so far transcribed (waiting for the worker if it is not done),
+    /// and the detector given the words' cue. `None` when the turn holds no audio.
     pub(crate) fn at_stop(
         &mut self,
-        stt: &mut Transcriber,
         detector: &mut TurnDetector,
         speech_end_s: f64,
-    ) -> Result<Option<&str>> {
-        let Some(audio) = detector.turn_audio(speech_end_s) else {
-            return Ok(None);
+    ) -> Result<Option<AtStop<'_>>> {
+        let decided = Instant::now();
+        self.collect_ready();
+        let mut ahead = true;
+        loop {
+            match (&self.finished, self.in_flight) {
+                (Some(done), _) if same(done.speech_end_s, speech_end_s) => break,
+                (_, Some(_)) => self.collect_one()?,
+                (_, None) => {
+                    ahead = false;
+                    if !self.send(detector, speech_end_s)? {
+                        return Ok(None);
+                    }
+                }
+            }
+        }
+        let done = self.finished.as_ref().expect("collected above");
+        let text = match &done.text {
+            Ok(text) => text.as_str(),
+            Err(e) => return Err(anyhow!("early transcript: {e:#}")),
         };
-        let text = stt.transcribe(&audio)?;
-        detector.set_transcript_cue(speech_end_s, transcript_cue(&text));
-        let early = self.latest.insert(Early { speech_end_s, text });
-        Ok(Some(&early.text))
+        detector.set_transcript_cue(speech_end_s, transcript_cue(text));
+        Ok(Some(AtStop {
+            text,
+            after_decision_s: decided.elapsed().as_secs_f64(),
+            ahead,
+        }))
     }
 
     /// At the end of a turn whose speech ended at `speech_end_s`: the transcript taken at
     /// that stop (the turn's audio is the same).
     pub(crate) fn for_turn(&mut self, speech_end_s: f64) -> Option<String> {
-        let early = self.latest.take()?;
-        ((early.speech_end_s - speech_end_s).abs() < 1e-9).then_some(early.text)
+        let done = self
+            .finished
+            .take_if(|d| same(d.speech_end_s, speech_end_s))?;
+        done.text.ok()
+    }
+
+    /// Sends the turn up to `speech_end_s`; false when the detector holds no turn.
+    fn send(&mut self, detector: &TurnDetector, speech_end_s: f64) -> Result<bool> {
+        let Some(audio) = detector.turn_audio(speech_end_s) else {
+            return Ok(false);
+        };
+        let jobs = self
+            .jobs
+            .as_ref()
+            .expect("the sender lives as long as self");
+        jobs.send(Job {
+            speech_end_s,
+            audio,
+        })
+        .map_err(|_| anyhow!("the early transcript's thread has stopped"))?;
+        self.in_flight = Some(speech_end_s);
+        Ok(true)
+    }
+
+    /// Takes a finished job without waiting, if there is one.
+    fn collect_ready(&mut self) {
+        if let Ok(done) = self.done.try_recv() {
+            self.keep(done);
+        }
+    }
+
+    /// Waits for the job in flight.
+    fn collect_one(&mut self) -> Result<()> {
+        let done = self
+            .done
+            .recv()
+            .map_err(|_| anyhow!("the early transcript's thread has stopped"))?;
+        self.keep(done);
+        Ok(())
+    }
+
+    fn keep(&mut self, done: Done) {
+        self.in_flight = None;
+        tracing::debug!(
+            speech_end_s = done.speech_end_s,
+            took_ms = done.took.as_millis() as u64,
+            "early transcript"
+        );
+        self.finished = Some(done);
+    }
+}
+
+/// Two stops are the same stop (times computed from the same frame counts).
+fn same(a: f64, b: f64) -> bool {
+    (a - b).abs() < 1e-9
+}
+
+impl Drop for EarlyTranscript {
+    fn drop(&mut self) {
+        // Closing the job channel ends the worker once its current job is done.
+        self.jobs = None;
+        if let Some(worker) = self.worker.take() {
+            let _ = worker.join();
+        }
     }
 }

@@ -79,7 +79,8 @@ pub struct AgentConfig {
     pub preemptive_generation: bool,
     /// Transcribe the turn the moment the caller stops speaking, before its end is decided:
     /// the words' cue joins the end-of-turn rules (`sublet_turn_detect::transcript_cue`),
-    /// and the transcript serves the turn when the caller says nothing more.
+    /// and the transcript serves the turn when the caller says nothing more. It is started
+    /// at a quarter second of quiet, on a Whisper context and thread of its own.
     pub early_transcript: bool,
     /// Transcribe the caller's words while they speak, every this many seconds of speech,
     /// for a live view ([`CallObserver::partial_transcript`]); each costs a transcription.

@@ -34,6 +34,10 @@ pub struct TurnRecord {
     /// The reply given opened with a sentence synthesized before the turn ended.
     #[serde(default)]
     pub opening_ahead: bool,
+    /// The turn's transcript was started before the caller's stop was certain (at a short
+    /// quiet), so it was made beside Smart Turn's score rather than after it.
+    #[serde(default)]
+    pub transcript_ahead: bool,
 }
 
 impl TurnRecord {
@@ -175,6 +179,7 @@ mod tests {
             preemptive: false,
             preemptive_discarded: 0,
             opening_ahead: false,
+            transcript_ahead: false,
         }
     }
 

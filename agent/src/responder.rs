@@ -28,6 +28,8 @@ pub struct FinishedTurn {
     pub audio: Vec<f32>,
     /// The turn's transcript, when it was taken before the end of the turn.
     pub transcript: Option<String>,
+    /// That transcript was started before the caller's stop was certain.
+    pub transcript_ahead: bool,
 }
 
 /// One sentence of a reply, synthesized.
@@ -421,6 +423,7 @@ impl Responder {
             preemptive,
             preemptive_discarded,
             opening_ahead,
+            transcript_ahead: turn.transcript_ahead,
         }))
     }
 

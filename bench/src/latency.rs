@@ -74,6 +74,9 @@ pub struct LatencyFigures {
     pub preemptive: usize,
     #[serde(default)]
     pub opening_ahead: usize,
+    /// Answered turns whose transcript was started before the stop was certain.
+    #[serde(default)]
+    pub transcript_ahead: usize,
     pub voice_to_voice: Option<Spread>,
     /// Each stage of [`STAGE_NAMES`], measured from the one before.
     pub stages: Vec<(String, Option<Spread>)>,
@@ -129,6 +132,7 @@ pub fn figures(calls: &[PlayedCall]) -> LatencyFigures {
         missed,
         preemptive: answered.iter().filter(|r| r.preemptive).count(),
         opening_ahead: answered.iter().filter(|r| r.opening_ahead).count(),
+        transcript_ahead: answered.iter().filter(|r| r.transcript_ahead).count(),
         voice_to_voice: Spread::of(&v2v),
         stages,
         replies: reply_figures(&all_replies),
@@ -304,6 +308,7 @@ mod tests {
             preemptive: false,
             preemptive_discarded: 0,
             opening_ahead: false,
+            transcript_ahead: false,
         }
     }
 

@@ -363,6 +363,21 @@ fn a_reply_started_as_the_caller_stops_is_kept_when_the_turn_ends_there() {
 }
 
 #[test]
+fn a_turn_is_transcribed_before_its_stop_is_certain() {
+    let cache = ModelCache::from_env();
+    // The transcript is started at the first quarter second of quiet, before the detector
+    // confirms the stop (0.4 s) and scores it; the words after a pause still count.
+    let turn = sentence_with_a_pause(&agent(&cache), &cache);
+    assert!(turn.transcript_ahead, "{turn:?}");
+    let mut agent = agent(&cache);
+    agent.config.early_transcript = false;
+    let question = vec![Step::Say(utterance(&cache, "Wait, stop."))];
+    let turns = live_call(&agent, question, 6.0).seen.turns;
+    assert_eq!(turns.len(), 1, "{turns:?}");
+    assert!(!turns[0].transcript_ahead, "{turns:?}");
+}
+
+#[test]
 fn a_reply_started_at_a_pause_is_cancelled_when_the_caller_goes_on() {
     let cache = ModelCache::from_env();
     let turn = sentence_with_a_pause(&preemptive_agent(&cache), &cache);

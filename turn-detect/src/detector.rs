@@ -10,7 +10,7 @@ use crate::vad::{SileroVad, VAD_FRAME};
 
 const RATE: f64 = 16_000.0;
 /// Audio kept before the detected start of speech and after its end, for the transcriber.
-const PAD_S: f64 = 0.25;
+pub const TURN_PAD_S: f64 = 0.25;
 
 /// A turn-taking event. Times are seconds of audio from the call's start.
 #[derive(Debug, Clone, PartialEq)]
@@ -118,7 +118,7 @@ impl TurnDetector {
                 speech_end_s,
                 decided_s,
                 end_of_turn_score: score,
-                audio: self.audio_between(turn_start_s - PAD_S, speech_end_s + PAD_S),
+                audio: self.audio_between(turn_start_s - TURN_PAD_S, speech_end_s + TURN_PAD_S),
             },
         })
     }
@@ -133,7 +133,7 @@ impl TurnDetector {
     /// as the end-of-turn event's is: for work that starts before the turn is over.
     pub fn turn_audio(&self, speech_end_s: f64) -> Option<Vec<f32>> {
         let start_s = self.rules.turn_start_s()?;
-        Some(self.audio_between(start_s - PAD_S, speech_end_s + PAD_S))
+        Some(self.audio_between(start_s - TURN_PAD_S, speech_end_s + TURN_PAD_S))
     }
 
     /// The kept audio between two call times (clipped to what is kept).

@@ -17,7 +17,7 @@ pub mod vad;
 
 mod detector;
 
-pub use detector::{TurnDetector, TurnEvent};
+pub use detector::{TurnDetector, TurnEvent, TURN_PAD_S};
 pub use endpoint::{EndpointConfig, EndpointEvent, Endpointer};
 pub use smart_turn::SmartTurn;
 pub use transcript_cue::{transcript_cue, TranscriptCue};

@@ -288,6 +288,9 @@ fn print_table(results: &[ConfigRun]) {
         format!("{} of {}", f.late_turns, f.answered)
     });
     row("turns not answered at their end", &|f| f.missed.to_string());
+    row("transcripts started before the stop", &|f| {
+        f.transcript_ahead.to_string()
+    });
     row("replies started at the stop", &|f| f.preemptive.to_string());
     row("  opening synthesized by the end", &|f| {
         f.opening_ahead.to_string()
