@@ -10,8 +10,8 @@ use anyhow::{Context, Result};
 use clap::Args;
 use sublet_agent::{AgentConfig, CallObserver, TurnRecord, VoiceAgent};
 use sublet_engine::make_room::{PolicyConfig, Switches};
-use sublet_engine::server::{router, Metrics, ServerConfig};
-use sublet_engine::{Engine, EngineConfig, VOICE_PRIORITY};
+use sublet_engine::server::{router, serve, ConnectionLimits, Metrics, ServerConfig};
+use sublet_engine::{Engine, EngineConfig, AGENT_PRIORITY, VOICE_PRIORITY};
 use sublet_models::ModelCache;
 use sublet_turn_detect::TurnEvent;
 
@@ -121,6 +121,45 @@ pub struct ApiArgs {
     /// `SUBLET_API_KEY`, else none).
     #[arg(long, env = "SUBLET_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
+    #[command(flatten)]
+    pub limits: ApiLimitArgs,
+}
+
+/// How the agents' API treats its clients (`serve`, and `--api` beside the calls).
+#[derive(Args, Debug, Clone)]
+pub struct ApiLimitArgs {
+    /// Chat requests in flight at once, waiting in the engine or running; more get 429
+    /// with `Retry-After`.
+    #[arg(long, default_value_t = ServerConfig::default().max_in_flight)]
+    pub api_max_in_flight: usize,
+    /// The most urgent priority a client may ask for (lower is more urgent: voice turns run
+    /// at 0, agents at 1). Lower it only for clients trusted to outrank a caller.
+    #[arg(long, default_value_t = AGENT_PRIORITY, allow_negative_numbers = true)]
+    pub api_priority_floor: i32,
+}
+
+impl Default for ApiLimitArgs {
+    fn default() -> Self {
+        Self {
+            api_max_in_flight: ServerConfig::default().max_in_flight,
+            api_priority_floor: AGENT_PRIORITY,
+        }
+    }
+}
+
+impl ApiLimitArgs {
+    /// The server's configuration with these limits, requiring `api_key` if given.
+    pub fn server_config(&self, api_key: Option<String>) -> ServerConfig {
+        let mut config = ServerConfig {
+            api_key,
+            max_in_flight: self.api_max_in_flight,
+            ..ServerConfig::default()
+        };
+        let least_urgent = *config.limits.priorities.end();
+        config.limits.priorities =
+            self.api_priority_floor..=least_urgent.max(self.api_priority_floor);
+        config
+    }
 }
 
 impl ApiArgs {
@@ -145,12 +184,13 @@ impl ApiArgs {
             engine.model_name(),
             listener.local_addr()?
         );
-        let app = api_router(engine, self.api_key.clone());
-        runtime.spawn(async move {
-            if let Err(e) = axum::serve(listener, app).await {
-                eprintln!("{program}: the agents' API stopped: {e}");
-            }
-        });
+        let app = api_router(engine, self.limits.server_config(self.api_key.clone()));
+        runtime.spawn(serve(
+            listener,
+            app,
+            ConnectionLimits::default(),
+            std::future::pending(),
+        ));
         Ok(())
     }
 }
@@ -162,12 +202,8 @@ pub async fn listen(addr: SocketAddr) -> Result<tokio::net::TcpListener> {
         .with_context(|| format!("cannot listen on {addr}"))
 }
 
-/// The agents' API over `engine`, requiring `api_key` if given.
-pub fn api_router(engine: &Arc<Engine>, api_key: Option<String>) -> axum::Router {
-    let config = ServerConfig {
-        api_key,
-        ..ServerConfig::default()
-    };
+/// The agents' API over `engine`.
+pub fn api_router(engine: &Arc<Engine>, config: ServerConfig) -> axum::Router {
     router(engine.clone(), config, Arc::new(Metrics::default()))
 }
 

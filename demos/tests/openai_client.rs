@@ -58,6 +58,8 @@ fn the_official_openai_client_is_served() {
             &format!("127.0.0.1:{port}"),
             "--api-key",
             "test-key",
+            "--api-max-in-flight",
+            "2",
         ])
         .stderr(Stdio::piped())
         .spawn()
@@ -85,6 +87,8 @@ fn the_worker_serves_agents_on_the_calls_engine() {
             "sublet",
             "--api",
             &format!("127.0.0.1:{port}"),
+            "--api-max-in-flight",
+            "2",
         ])
         .env("LIVEKIT_URL", &livekit.url)
         .env("LIVEKIT_API_KEY", KEY)
@@ -179,22 +183,39 @@ fn check_served(port: u16) -> String {
         seen["malformed_json"]["body"]["error"]["type"],
         "invalid_request_error"
     );
+    assert_eq!(seen["form_post"]["status"], 415, "{}", seen["form_post"]);
     assert!(
         seen["after_errors"].as_str().unwrap().contains("Paris"),
         "still serving after refusals"
     );
+    assert_eq!(seen["busy"]["status"], 429, "{}", seen["busy"]);
+    assert_eq!(seen["busy"]["retry_after"], "1", "{}", seen["busy"]);
+    assert!(
+        seen["after_busy"]["content"]
+            .as_str()
+            .is_some_and(|c| !c.trim().is_empty()),
+        "served again once the streams in flight closed: {}",
+        seen["after_busy"]
+    );
 
+    // The stream that asked for priority -1 ran at agent priority, beside the others.
     let metrics = seen["metrics"].as_str().unwrap();
+    for line in [
+        "sublet_requests_finished_total{priority=\"1\"} 4",
+        "sublet_requests_cancelled_total{priority=\"1\"} 2",
+        "sublet_requests_in_flight{priority=\"1\"} 0",
+        "sublet_requests_refused_total{status=\"401\"} 1",
+        "sublet_requests_refused_total{status=\"415\"} 1",
+    ] {
+        assert!(metrics.contains(line), "{line} in {metrics}");
+    }
     assert!(
-        metrics.contains("sublet_requests_finished_total{priority=\"1\"} 2"),
+        metrics.contains("sublet_requests_refused_total{status=\"429\"}"),
         "{metrics}"
     );
     assert!(
-        metrics.contains("sublet_requests_finished_total{priority=\"0\"} 1"),
-        "{metrics}"
-    );
-    assert!(
-        metrics.contains("sublet_requests_refused_total{status=\"401\"} 1"),
+        !metrics.contains("priority=\"-1\"")
+            && !metrics.contains("sublet_requests_started_total{priority=\"0\"}"),
         "{metrics}"
     );
     metrics.to_string()

@@ -59,7 +59,14 @@ impl ReplyStream {
     ) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         runtime.spawn(async move {
-            while let Some(response) = engine_rx.recv().await {
+            loop {
+                let response = tokio::select! {
+                    response = engine_rx.recv() => response,
+                    // The reader is gone: dropping engine_rx now cancels the request even
+                    // while it waits to be scheduled, when the engine sends nothing.
+                    () = tx.closed() => return,
+                };
+                let Some(response) = response else { break };
                 let (events, last) = translate(response);
                 for event in events {
                     if tx.send(event).is_err() {

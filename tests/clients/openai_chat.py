@@ -1,10 +1,12 @@
 """Drives Sublet's OpenAI-compatible API with the official `openai` client.
 
 Usage: python openai_chat.py BASE_URL API_KEY
-Prints one JSON object with what each scenario saw; the Rust test asserts on it.
+Prints one JSON object with what each scenario saw; the Rust test asserts on it. The server
+is expected to take at most two requests in flight (`--api-max-in-flight 2`).
 """
 import json
 import sys
+import time
 
 import urllib.error
 import urllib.request
@@ -33,7 +35,8 @@ stream = client.chat.completions.create(
     max_tokens=16,
     stream=True,
     stream_options={"include_usage": True},
-    extra_body={"priority": 0},
+    # Asking to outrank the callers: the server runs it at agent priority.
+    extra_body={"priority": -1},
 )
 for chunk in stream:
     if chunk.usage is not None:
@@ -64,20 +67,55 @@ out["too_many_tokens"] = refusal(lambda: client.chat.completions.create(model="a
 long_prompt = [{"role": "user", "content": "word " * 20000}]
 out["oversized_prompt"] = refusal(lambda: client.chat.completions.create(model="any", messages=long_prompt, max_tokens=4))
 
-raw = urllib.request.Request(
-    base_url + "/chat/completions",
-    data=b'{"messages": [ {"role": "user", "content": ',
-    headers={"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"},
-)
-try:
-    urllib.request.urlopen(raw)
-    out["malformed_json"] = {"status": 200}
-except urllib.error.HTTPError as e:
-    out["malformed_json"] = {"status": e.code, "body": json.loads(e.read())}
+def raw_post(data, content_type):
+    """Posts bytes the official client would never send; the status and error body."""
+    request = urllib.request.Request(
+        base_url + "/chat/completions",
+        data=data,
+        headers={"Authorization": f"Bearer {api_key}", "Content-Type": content_type},
+    )
+    try:
+        urllib.request.urlopen(request)
+        return {"status": 200}
+    except urllib.error.HTTPError as e:
+        return {"status": e.code, "body": json.loads(e.read())}
+
+
+out["malformed_json"] = raw_post(b'{"messages": [ {"role": "user", "content": ', "application/json")
+# A web page's form post to a keyless local server is refused, not parsed.
+out["form_post"] = raw_post(b"messages=hello", "application/x-www-form-urlencoded")
 
 after = client.chat.completions.create(model="any", messages=question, max_tokens=8)
 out["after_errors"] = after.choices[0].message.content
 
-metrics = urllib.request.urlopen(base_url.removesuffix("/v1") + "/metrics").read().decode()
+# Two long replies in flight (each returns once its first token is out), then a third.
+story = [{"role": "user", "content": "Tell me a long story about a dragon and a knight."}]
+held = [
+    client.chat.completions.create(model="any", messages=story, max_tokens=400, stream=True)
+    for _ in range(2)
+]
+try:
+    client.chat.completions.create(model="any", messages=question, max_tokens=4)
+    out["busy"] = {"status": 200}
+except openai.APIStatusError as e:
+    out["busy"] = {"status": e.status_code, "retry_after": e.response.headers.get("retry-after")}
+for stream in held:
+    stream.close()
+# The closed streams free their places once the server sees their clients gone; a client
+# that honours Retry-After is then served.
+for attempt in range(20):
+    try:
+        again = client.chat.completions.create(model="any", messages=question, max_tokens=8)
+        out["after_busy"] = {"content": again.choices[0].message.content, "attempts": attempt + 1}
+        break
+    except openai.RateLimitError:
+        time.sleep(0.5)
+
+# The metrics once nothing is in flight (the closed streams counted as cancelled).
+for _ in range(40):
+    metrics = urllib.request.urlopen(base_url.removesuffix("/v1") + "/metrics").read().decode()
+    if 'sublet_requests_in_flight{priority="1"} 0' in metrics:
+        break
+    time.sleep(0.25)
 out["metrics"] = metrics
 print(json.dumps(out))

@@ -110,3 +110,52 @@ fn reply(engine: &Engine, prompt: &str) -> String {
     assert!(finish.completion_tokens > 4, "{text:?} {finish:?}");
     text
 }
+
+#[test]
+fn a_request_dropped_while_it_waits_computes_nothing() {
+    // One request runs at a time, so the second waits; its client goes away meanwhile.
+    let cache = ModelCache::from_env();
+    let engine = Engine::load(&EngineConfig {
+        make_room: Some(PolicyConfig::default()),
+        max_running: 1,
+        ..EngineConfig::bundled(&cache).unwrap()
+    })
+    .unwrap();
+    let ask = |prompt: &str, tokens: usize| {
+        engine
+            .chat(ChatRequest::new(
+                vec![Message::new(Role::User, prompt)],
+                tokens,
+            ))
+            .unwrap()
+    };
+    let before = engine.scheduler_state();
+    let mut running = ask("Tell me a long story about a lighthouse keeper.", 48);
+    assert!(running.next_blocking().is_some(), "the first request runs");
+    let waiting = ask(
+        "Name five rivers of Europe and the seas they flow into, with one fact about each.",
+        16,
+    );
+    let started = std::time::Instant::now();
+    while engine.scheduler_state().waiting == 0 {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "the second request never waited: {:?}",
+            engine.scheduler_state()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    drop(waiting);
+    let (_, finish) = running.collect_blocking().unwrap();
+    // Time for the dropped request to have been admitted and prefilled, had it stayed.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let after = engine.scheduler_state();
+    println!("{finish:?}\n{after:?}");
+    assert_eq!((after.waiting, after.running), (0, 0), "{after:?}");
+    let prefilled = after.counters.prefill_tokens - before.counters.prefill_tokens;
+    assert!(
+        prefilled <= finish.prompt_tokens as u64,
+        "{prefilled} prompt tokens computed, the first request's are {}",
+        finish.prompt_tokens
+    );
+}

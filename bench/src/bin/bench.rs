@@ -19,7 +19,7 @@ use sublet_bench::report::{markdown, BenchReport};
 use sublet_bench::rounds::{run_round, Recording, RoundPlan};
 use sublet_bench::{plots, trace};
 use sublet_engine::make_room::{PolicyConfig, Switches};
-use sublet_engine::server::{router, Metrics, ServerConfig};
+use sublet_engine::server::{router, serve, ConnectionLimits, Metrics, ServerConfig};
 use sublet_engine::{Engine, EngineConfig, VOICE_PRIORITY};
 use sublet_models::ModelCache;
 
@@ -143,7 +143,12 @@ fn run(args: Args) -> Result<()> {
         ServerConfig::default(),
         Arc::new(Metrics::default()),
     );
-    runtime.spawn(async move { axum::serve(listener, app).await });
+    runtime.spawn(serve(
+        listener,
+        app,
+        ConnectionLimits::default(),
+        std::future::pending(),
+    ));
     let trace_file = match &args.trace {
         Some(path) => Some(trace::parse(
             &std::fs::read_to_string(path)

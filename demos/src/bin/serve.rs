@@ -2,16 +2,18 @@
 //! (`worker --api` and `room --api` serve it beside the calls, on the calls' engine).
 //!
 //! ```text
-//! serve [--addr 127.0.0.1:8000] [--api-key KEY] [--make-room all [--kv-budget 4096] [--chunk 16]]
+//! serve [--addr 127.0.0.1:8000] [--api-key KEY] [--api-max-in-flight 64] [--api-priority-floor 1]
+//!       [--make-room all [--kv-budget 4096] [--chunk 16]]
 //! ```
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::Parser;
-use sublet_demos::{api_router, listen, SchedulerArgs};
+use sublet_demos::{api_router, listen, ApiLimitArgs, SchedulerArgs};
+use sublet_engine::server::{serve, ConnectionLimits};
 use sublet_engine::Engine;
 use sublet_models::ModelCache;
 
@@ -25,13 +27,15 @@ struct Args {
     #[arg(long, env = "SUBLET_API_KEY")]
     api_key: Option<String>,
     #[command(flatten)]
+    limits: ApiLimitArgs,
+    #[command(flatten)]
     scheduler: SchedulerArgs,
 }
 
 fn run(args: Args) -> Result<()> {
     let cache = ModelCache::from_env();
     let engine = Arc::new(Engine::load(&args.scheduler.engine_config(&cache, false)?)?);
-    let app = api_router(&engine, args.api_key);
+    let app = api_router(&engine, args.limits.server_config(args.api_key));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -43,12 +47,11 @@ fn run(args: Args) -> Result<()> {
             engine.model_name(),
             listener.local_addr()?
         );
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async {
-                let _ = tokio::signal::ctrl_c().await;
-            })
-            .await
-            .context("server failed")
+        let shutdown = async {
+            let _ = tokio::signal::ctrl_c().await;
+        };
+        serve(listener, app, ConnectionLimits::default(), shutdown).await;
+        Ok(())
     })
 }
 

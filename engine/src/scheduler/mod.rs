@@ -196,14 +196,15 @@ impl MakeRoomScheduler {
     }
 
     /// Tells the policy what the finished step did and which sequences stopped on their
-    /// own (end of sequence, cancel), and lets go of every sequence the policy is done with:
-    /// dropping a sequence closes its reply channel.
+    /// own (end of sequence, cancel, or a reader gone: a waiting request whose client left
+    /// is never admitted), and lets go of every sequence the policy is done with: dropping
+    /// a sequence closes its reply channel.
     fn finish_step(&mut self) {
         let stopped: Vec<u64> = self
             .running
             .iter()
             .chain(&self.waiting)
-            .filter(|seq| seq.is_finished_paged_attn())
+            .filter(|seq| seq.is_finished_paged_attn() || seq.responder().is_closed())
             .map(key)
             .collect();
         let executed = std::mem::take(&mut self.executed);

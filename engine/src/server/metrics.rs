@@ -12,6 +12,7 @@ struct PerPriority {
     started: u64,
     finished: u64,
     failed: u64,
+    cancelled: u64,
     prompt_tokens: u64,
     completion_tokens: u64,
 }
@@ -48,6 +49,11 @@ impl Metrics {
         self.with(priority, |p| p.failed += 1);
     }
 
+    /// The client went away before the request ended (it is cancelled in the engine).
+    pub fn cancelled(&self, priority: i32) {
+        self.with(priority, |p| p.cancelled += 1);
+    }
+
     /// A request refused before it reached the engine, by HTTP status.
     pub fn refused(&self, status: u16) {
         *self
@@ -66,7 +72,7 @@ impl Metrics {
             .clone();
         let mut out = String::new();
         type Value = fn(&PerPriority) -> u64;
-        let families: [(&str, &str, &str, Value); 6] = [
+        let families: [(&str, &str, &str, Value); 7] = [
             (
                 "sublet_requests_started_total",
                 "Chat requests admitted to the engine.",
@@ -86,10 +92,19 @@ impl Metrics {
                 |p| p.failed,
             ),
             (
+                "sublet_requests_cancelled_total",
+                "Chat requests whose client went away before they ended.",
+                "counter",
+                |p| p.cancelled,
+            ),
+            (
                 "sublet_requests_in_flight",
                 "Chat requests admitted and not yet ended.",
                 "gauge",
-                |p| p.started.saturating_sub(p.finished + p.failed),
+                |p| {
+                    p.started
+                        .saturating_sub(p.finished + p.failed + p.cancelled)
+                },
             ),
             (
                 "sublet_prompt_tokens_total",
@@ -311,14 +326,20 @@ mod tests {
         m.started(1);
         m.started(0);
         m.finished(1, 10, 5);
+        m.started(1);
+        m.cancelled(1);
         m.refused(400);
         let text = m.render();
         assert!(
-            text.contains("sublet_requests_started_total{priority=\"1\"} 2"),
+            text.contains("sublet_requests_started_total{priority=\"1\"} 3"),
             "{text}"
         );
         assert!(
             text.contains("sublet_requests_in_flight{priority=\"1\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("sublet_requests_cancelled_total{priority=\"1\"} 1"),
             "{text}"
         );
         assert!(

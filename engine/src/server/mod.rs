@@ -2,37 +2,53 @@
 //!
 //! `POST /v1/chat/completions` (streamed as server-sent events or whole), `GET /v1/models`,
 //! `GET /health`, `GET /metrics` (Prometheus text). A request may carry `priority` (lower is
-//! more urgent, as in vLLM); without one it runs at [`AGENT_PRIORITY`](crate::AGENT_PRIORITY).
+//! more urgent, as in vLLM) within the operator's range ([`Limits::priorities`]); without
+//! one it runs at [`AGENT_PRIORITY`](crate::AGENT_PRIORITY).
 //! Every refusal is an OpenAI-style JSON error and touches nothing else in flight.
+//!
+//! What a client cannot push past: [`serve`]'s bound on connections and deadline for
+//! headers; a deadline and a size bound for the body, which must be JSON (so a web page
+//! cannot post to a keyless local server); a bound on chat requests in flight (429 with
+//! `Retry-After` beyond it); the key compared in constant time.
 
+mod connections;
 mod metrics;
 pub mod openai;
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::json;
 
+use subtle::ConstantTimeEq;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
 use crate::{Engine, StreamEvent};
+pub use connections::{serve, ConnectionLimits};
 pub use metrics::Metrics;
-use openai::{ApiError, ChatCompletionBody, Limits};
+pub use openai::Limits;
+use openai::{ApiError, ChatCompletionBody};
 
 /// How the server behaves.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
     /// Required as `Authorization: Bearer <key>` when set.
     pub api_key: Option<String>,
-    /// Largest request body accepted, in bytes.
+    /// Largest request body accepted, in bytes (default 4 MiB).
     pub max_body_bytes: usize,
+    /// Time a client has to send its body once its headers are in (default 30 s).
+    pub body_timeout: Duration,
+    /// Chat requests in flight at once, waiting in the engine or running (default 64);
+    /// beyond it a request gets 429 with `Retry-After`.
+    pub max_in_flight: usize,
     pub limits: Limits,
 }
 
@@ -41,10 +57,9 @@ impl Default for ServerConfig {
         Self {
             api_key: None,
             max_body_bytes: 4 << 20,
-            limits: Limits {
-                max_tokens: 2048,
-                default_max_tokens: 256,
-            },
+            body_timeout: Duration::from_secs(30),
+            max_in_flight: 64,
+            limits: Limits::default(),
         }
     }
 }
@@ -53,13 +68,14 @@ struct AppState {
     engine: Arc<Engine>,
     config: ServerConfig,
     metrics: Arc<Metrics>,
+    in_flight: Arc<Semaphore>,
 }
 
-/// The HTTP routes, ready to serve with `axum::serve`.
+/// The HTTP routes, ready for [`serve`].
 pub fn router(engine: Arc<Engine>, config: ServerConfig, metrics: Arc<Metrics>) -> Router {
-    let limit = config.max_body_bytes;
     let state = Arc::new(AppState {
         engine,
+        in_flight: Arc::new(Semaphore::new(config.max_in_flight)),
         config,
         metrics,
     });
@@ -69,20 +85,20 @@ pub fn router(engine: Arc<Engine>, config: ServerConfig, metrics: Arc<Metrics>) 
         .route("/health", get(|| async { "ok" }))
         .route("/metrics", get(metrics_text))
         .fallback(|| async {
-            error_response(&ApiError {
-                status: 404,
-                kind: "not_found_error",
-                param: None,
-                message: "no such route".into(),
-            })
+            error_response(&ApiError::new(404, "not_found_error", "no such route"))
         })
-        .layer(DefaultBodyLimit::max(limit))
         .with_state(state)
 }
 
 fn error_response(error: &ApiError) -> Response {
     let status = StatusCode::from_u16(error.status).unwrap_or(StatusCode::BAD_REQUEST);
-    (status, Json(error.body())).into_response()
+    let mut response = (status, Json(error.body())).into_response();
+    if let Some(seconds) = error.retry_after_s {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+    }
+    response
 }
 
 fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
@@ -90,18 +106,55 @@ fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
         return Ok(());
     };
     let given = headers
-        .get("authorization")
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "));
+    // In constant time: how long a wrong key takes to refuse says nothing of the key.
+    match given.is_some_and(|given| bool::from(given.ct_eq(key.as_bytes()))) {
+        true => Ok(()),
+        false => Err(ApiError::new(
+            401,
+            "authentication_error",
+            "missing or wrong API key (send Authorization: Bearer <key>)",
+        )),
+    }
+}
+
+/// Only JSON bodies: a browser page may post a form or text to a server on localhost
+/// without asking first, but not JSON.
+fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    if given == Some(key.as_str()) {
-        Ok(())
-    } else {
-        Err(ApiError {
-            status: 401,
-            kind: "authentication_error",
-            param: None,
-            message: "missing or wrong API key (send Authorization: Bearer <key>)".into(),
-        })
+        .unwrap_or("");
+    let essence = content_type.split(';').next().unwrap_or("").trim();
+    match essence.eq_ignore_ascii_case("application/json") {
+        true => Ok(()),
+        false => Err(ApiError::new(
+            415,
+            "invalid_request_error",
+            format!("Content-Type must be application/json, not {content_type:?}"),
+        )),
+    }
+}
+
+/// The body, within the size bound and the deadline.
+async fn read_body(config: &ServerConfig, body: Body) -> Result<Bytes, ApiError> {
+    let limit = config.max_body_bytes;
+    match tokio::time::timeout(config.body_timeout, axum::body::to_bytes(body, limit)).await {
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(e)) => Err(ApiError::new(
+            413,
+            "invalid_request_error",
+            format!("cannot read the request body (at most {limit} bytes): {e}"),
+        )),
+        Err(_) => Err(ApiError::new(
+            408,
+            "invalid_request_error",
+            format!(
+                "the request body did not arrive within {} s",
+                config.body_timeout.as_secs()
+            ),
+        )),
     }
 }
 
@@ -132,7 +185,7 @@ async fn metrics_text(State(state): State<Arc<AppState>>) -> Response {
 async fn chat_completions(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Response {
     match serve_chat(&state, &headers, body).await {
         Ok(response) => response,
@@ -146,17 +199,23 @@ async fn chat_completions(
 async fn serve_chat(
     state: &Arc<AppState>,
     headers: &HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Result<Response, ApiError> {
     authorize(state, headers)?;
-    let body = body.map_err(|e| ApiError {
-        status: e.status().as_u16(),
-        kind: "invalid_request_error",
-        param: None,
-        message: format!("cannot read the request body: {}", e.body_text()),
-    })?;
-    let parsed: ChatCompletionBody = serde_json::from_slice(&body)
-        .map_err(|e| ApiError::invalid(None, format!("malformed JSON body: {e}")))?;
+    require_json(headers)?;
+    let permit: OwnedSemaphorePermit =
+        state.in_flight.clone().try_acquire_owned().map_err(|_| {
+            ApiError::busy(format!(
+                "this server is answering {} requests, its most at once; try again shortly",
+                state.config.max_in_flight
+            ))
+        })?;
+    let body = read_body(&state.config, body).await?;
+    let parsed: Result<ChatCompletionBody, _> = serde_json::from_slice(&body);
+    // Only the parsed request lives on while it is answered.
+    drop(body);
+    let parsed =
+        parsed.map_err(|e| ApiError::invalid(None, format!("malformed JSON body: {e}")))?;
     let stream_requested = parsed.stream;
     let (request, include_usage) = parsed.into_request(&state.config.limits)?;
     let priority = request.priority;
@@ -164,12 +223,7 @@ async fn serve_chat(
         .engine
         .chat_async(request)
         .await
-        .map_err(|e| ApiError {
-            status: 503,
-            kind: "server_error",
-            param: None,
-            message: e.to_string(),
-        })?;
+        .map_err(|e| ApiError::new(503, "server_error", e.to_string()))?;
     // The first event tells a refused request (e.g. a prompt over the model's length) from
     // one that runs, before any status is sent.
     let first = match reply.next().await {
@@ -181,6 +235,12 @@ async fn serve_chat(
         None => return Err(ApiError::server("the engine ended the request")),
     };
     let id = format!("chatcmpl-{}", state.metrics.started(priority));
+    let mut ending = Ending {
+        metrics: state.metrics.clone(),
+        priority,
+        ended: false,
+        _permit: permit,
+    };
     let model = state.engine.model_name().to_string();
     let created = now_s();
 
@@ -191,11 +251,7 @@ async fn serve_chat(
             match event {
                 Some(Ok(StreamEvent::Text(t))) => text.push_str(&t),
                 Some(Ok(StreamEvent::Done(finish))) => {
-                    state.metrics.finished(
-                        priority,
-                        finish.prompt_tokens,
-                        finish.completion_tokens,
-                    );
+                    ending.finished(finish.prompt_tokens, finish.completion_tokens);
                     return Ok(Json(json!({
                         "id": id, "object": "chat.completion", "created": created, "model": model,
                         "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish.reason}],
@@ -204,11 +260,11 @@ async fn serve_chat(
                     .into_response());
                 }
                 Some(Err(e)) => {
-                    state.metrics.failed(priority);
+                    ending.failed();
                     return Err(ApiError::server(e.message));
                 }
                 None => {
-                    state.metrics.failed(priority);
+                    ending.failed();
                     return Err(ApiError::server("reply ended early"));
                 }
             }
@@ -218,7 +274,6 @@ async fn serve_chat(
 
     // Streamed: one event per piece of text, the finish, optionally usage, then [DONE].
     // The client going away drops this stream, and with it the request in the engine.
-    let metrics = state.metrics.clone();
     let mut pending = Some(first);
     let mut role_sent = false;
     let mut done = false;
@@ -234,12 +289,15 @@ async fn serve_chat(
                     Poll::Pending => return Poll::Pending,
                     Poll::Ready(Some(Ok(e))) => e,
                     Poll::Ready(Some(Err(e))) => {
-                        metrics.failed(priority);
+                        ending.failed();
                         done = true;
                         let body = ApiError::server(e.message).body();
                         return Poll::Ready(Some(Ok(Event::default().data(body.to_string()))));
                     }
                     Poll::Ready(None) => {
+                        if !ending.ended {
+                            ending.failed();
+                        }
                         done = true;
                         return Poll::Ready(Some(Ok(Event::default().data("[DONE]"))));
                     }
@@ -256,7 +314,7 @@ async fn serve_chat(
                     openai::chunk(&id, created, &model, delta, None).to_string()
                 }
                 StreamEvent::Done(finish) => {
-                    metrics.finished(priority, finish.prompt_tokens, finish.completion_tokens);
+                    ending.finished(finish.prompt_tokens, finish.completion_tokens);
                     let mut last =
                         openai::chunk(&id, created, &model, json!({}), Some(&finish.reason));
                     if include_usage {
@@ -272,4 +330,34 @@ async fn serve_chat(
     Ok(Sse::new(events)
         .keep_alive(KeepAlive::default())
         .into_response())
+}
+
+/// How an admitted request ended, counted once: finished, failed, or (dropped before
+/// either, its client gone) cancelled. It holds the request's place among those in flight.
+struct Ending {
+    metrics: Arc<Metrics>,
+    priority: i32,
+    ended: bool,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Ending {
+    fn finished(&mut self, prompt_tokens: usize, completion_tokens: usize) {
+        self.ended = true;
+        self.metrics
+            .finished(self.priority, prompt_tokens, completion_tokens);
+    }
+
+    fn failed(&mut self) {
+        self.ended = true;
+        self.metrics.failed(self.priority);
+    }
+}
+
+impl Drop for Ending {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.metrics.cancelled(self.priority);
+        }
+    }
 }

@@ -4,6 +4,8 @@
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use std::ops::RangeInclusive;
+
 use crate::{ChatRequest, Message, Repetition, Role, AGENT_PRIORITY};
 
 /// A chat completion request as clients send it. Unknown fields are ignored, as OpenAI's
@@ -22,7 +24,8 @@ pub struct ChatCompletionBody {
     #[serde(default)]
     pub stream: bool,
     pub stream_options: Option<StreamOptions>,
-    /// Scheduling priority, lower is more urgent (vLLM's extension).
+    /// Scheduling priority, lower is more urgent (vLLM's extension), within
+    /// [`Limits::priorities`].
     pub priority: Option<i32>,
 }
 
@@ -59,25 +62,38 @@ pub struct ApiError {
     pub kind: &'static str,
     pub param: Option<&'static str>,
     pub message: String,
+    /// Seconds after which the client may try again (sent as `Retry-After`).
+    pub retry_after_s: Option<u32>,
 }
 
 impl ApiError {
+    pub fn new(status: u16, kind: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            kind,
+            param: None,
+            message: message.into(),
+            retry_after_s: None,
+        }
+    }
+
     pub fn invalid(param: Option<&'static str>, message: impl Into<String>) -> Self {
         Self {
-            status: 400,
-            kind: "invalid_request_error",
             param,
-            message: message.into(),
+            ..Self::new(400, "invalid_request_error", message)
         }
     }
 
     /// A failure on the server's side (500).
     pub fn server(message: impl Into<String>) -> Self {
+        Self::new(500, "server_error", message)
+    }
+
+    /// The server is at its bound on requests in flight (429, try again shortly).
+    pub fn busy(message: impl Into<String>) -> Self {
         Self {
-            status: 500,
-            kind: "server_error",
-            param: None,
-            message: message.into(),
+            retry_after_s: Some(1),
+            ..Self::new(429, "rate_limit_error", message)
         }
     }
 
@@ -94,10 +110,29 @@ impl ApiError {
 /// Limits the server enforces before a request reaches the engine.
 #[derive(Debug, Clone)]
 pub struct Limits {
-    /// Most tokens a reply may ask for.
+    /// Most tokens a reply may ask for (default 2048).
     pub max_tokens: usize,
-    /// Reply length when the request names none.
+    /// Reply length when the request names none (default 256).
     pub default_max_tokens: usize,
+    /// Messages a request may hold (default 4096): each costs the chat template work on
+    /// the engine's thread before any length check.
+    pub max_messages: usize,
+    /// The priorities a request may take (default [`AGENT_PRIORITY`] to 9 below it): one
+    /// asking for more urgency gets the range's most urgent, one asking for less its least.
+    /// Voice turns come in process at a more urgent priority, so no client outranks a
+    /// caller unless the operator widens this; the bound also bounds `/metrics`' rows.
+    pub priorities: RangeInclusive<i32>,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_tokens: 2048,
+            default_max_tokens: 256,
+            max_messages: 4096,
+            priorities: AGENT_PRIORITY..=AGENT_PRIORITY + 9,
+        }
+    }
 }
 
 impl ChatCompletionBody {
@@ -107,6 +142,16 @@ impl ChatCompletionBody {
             return Err(ApiError::invalid(
                 Some("messages"),
                 "messages must hold at least one message",
+            ));
+        }
+        if self.messages.len() > limits.max_messages {
+            return Err(ApiError::invalid(
+                Some("messages"),
+                format!(
+                    "{} messages is more than this server takes ({})",
+                    self.messages.len(),
+                    limits.max_messages
+                ),
             ));
         }
         let mut messages = Vec::with_capacity(self.messages.len());
@@ -203,7 +248,10 @@ impl ChatCompletionBody {
                     presence_penalty: self.presence_penalty,
                     dry_multiplier: None,
                 },
-                priority: self.priority.unwrap_or(AGENT_PRIORITY),
+                priority: self
+                    .priority
+                    .unwrap_or(AGENT_PRIORITY)
+                    .clamp(*limits.priorities.start(), *limits.priorities.end()),
                 session: None,
             },
             include_usage,
@@ -233,6 +281,7 @@ mod tests {
         let limits = Limits {
             max_tokens: 512,
             default_max_tokens: 128,
+            ..Limits::default()
         };
         serde_json::from_value::<ChatCompletionBody>(body)
             .unwrap()
@@ -262,7 +311,27 @@ mod tests {
     }
 
     #[test]
+    fn no_client_outranks_a_voice_turn() {
+        let priority = |p: i32| {
+            parse(json!({"messages": [{"role": "user", "content": "x"}], "priority": p}))
+                .unwrap()
+                .0
+                .priority
+        };
+        assert_eq!(priority(-1), AGENT_PRIORITY);
+        assert_eq!(priority(i32::MIN), AGENT_PRIORITY);
+        assert!(priority(crate::VOICE_PRIORITY) > crate::VOICE_PRIORITY);
+        assert_eq!(priority(AGENT_PRIORITY + 3), AGENT_PRIORITY + 3);
+        assert_eq!(priority(i32::MAX), AGENT_PRIORITY + 9);
+    }
+
+    #[test]
     fn refuses_what_it_cannot_serve() {
+        let many = vec![json!({"role": "user", "content": "x"}); 4097];
+        assert_eq!(
+            parse(json!({ "messages": many })).unwrap_err().param,
+            Some("messages")
+        );
         let err = |b: Value| parse(b).unwrap_err();
         assert_eq!(err(json!({"messages": []})).param, Some("messages"));
         assert_eq!(
