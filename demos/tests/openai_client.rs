@@ -156,6 +156,15 @@ fn check_served(port: u16) -> String {
     );
     assert!(whole["completion_tokens"].as_u64().unwrap() <= 16);
     assert!(whole["prompt_tokens"].as_u64().unwrap() > 5);
+    // The same greedy reply, ended where its stop text would begin.
+    let stopped = &seen["stopped"];
+    let cut = stopped["content"].as_str().unwrap();
+    assert!(!cut.contains("Paris"), "{stopped}");
+    assert!(
+        whole["content"].as_str().unwrap().starts_with(cut),
+        "{stopped}"
+    );
+    assert_eq!(stopped["finish_reason"], "stop", "{stopped}");
     let stream = &seen["stream"];
     assert!(
         stream["pieces"].as_u64().unwrap() > 1,
@@ -201,7 +210,7 @@ fn check_served(port: u16) -> String {
     // The stream that asked for priority -1 ran at agent priority, beside the others.
     let metrics = seen["metrics"].as_str().unwrap();
     for line in [
-        "sublet_requests_finished_total{priority=\"1\"} 4",
+        "sublet_requests_finished_total{priority=\"1\"} 5",
         "sublet_requests_cancelled_total{priority=\"1\"} 2",
         "sublet_requests_in_flight{priority=\"1\"} 0",
         "sublet_requests_refused_total{status=\"401\"} 1",

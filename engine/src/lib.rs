@@ -20,10 +20,11 @@ use indexmap::IndexMap;
 use mistralrs_core::{
     AutoDeviceMapParams, Constraint, DefaultSchedulerMethod, DeviceMapSetting, DrySamplingParams,
     GGUFLoaderBuilder, GGUFSpecificConfig, MistralRs, MistralRsBuilder, ModelDType, NormalRequest,
-    Request, RequestMessage, SamplingParams, SchedulerConfig, TokenSource,
+    Request, RequestMessage, SamplingParams, SchedulerConfig, StopTokens, TokenSource,
 };
 use sublet_models::ModelCache;
 
+use stream::StopCut;
 pub use stream::{EngineError, Finish, ReplyStream, StreamEvent};
 
 pub use sublet_make_room as make_room;
@@ -150,6 +151,8 @@ pub struct ChatRequest {
     pub priority: i32,
     /// The call (or agent session) the request belongs to.
     pub session: Option<u64>,
+    /// Texts that end the reply where they appear, themselves left out (OpenAI's `stop`).
+    pub stop: Vec<String>,
 }
 
 /// Penalties on tokens the sequence (prompt and reply) already holds, applied before the
@@ -182,6 +185,7 @@ impl ChatRequest {
             repetition: Repetition::default(),
             priority: AGENT_PRIORITY,
             session: None,
+            stop: Vec::new(),
         }
     }
 }
@@ -285,6 +289,7 @@ impl Engine {
 
     /// [`Engine::chat`] for async callers (the HTTP server).
     pub async fn chat_async(&self, request: ChatRequest) -> Result<ReplyStream> {
+        let stop = request.stop.clone();
         let (normal, rx) = self.normal_request(request);
         let sender = self
             .runner
@@ -294,7 +299,11 @@ impl Engine {
             .send(Request::Normal(Box::new(normal)))
             .await
             .map_err(|_| anyhow::anyhow!("engine stopped"))?;
-        Ok(ReplyStream::spawn(self.runtime.handle(), rx))
+        Ok(ReplyStream::spawn(
+            self.runtime.handle(),
+            rx,
+            StopCut::new(stop),
+        ))
     }
 
     /// How many tokens `messages` take as a prompt (the chat template applied).
@@ -333,6 +342,9 @@ impl Engine {
         let messages = chat_messages(&request.messages);
         let mut sampling = SamplingParams::deterministic();
         sampling.max_len = Some(request.max_tokens);
+        if !request.stop.is_empty() {
+            sampling.stop_toks = Some(StopTokens::Seqs(request.stop.clone()));
+        }
         if let Some(t) = request.temperature.filter(|t| *t > 0.0) {
             sampling.temperature = Some(t);
             sampling.top_k = None;

@@ -56,6 +56,7 @@ impl ReplyStream {
     pub(crate) fn spawn(
         runtime: &tokio::runtime::Handle,
         mut engine_rx: mpsc::Receiver<Response>,
+        mut stop: StopCut,
     ) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         runtime.spawn(async move {
@@ -68,7 +69,7 @@ impl ReplyStream {
                 };
                 let Some(response) = response else { break };
                 let (events, last) = translate(response);
-                for event in events {
+                for event in stop.cut(events) {
                     if tx.send(event).is_err() {
                         return; // reader gone: dropping engine_rx cancels the request
                     }
@@ -137,6 +138,82 @@ impl ReplyStream {
     }
 }
 
+/// The request's stop texts kept out of its reply. mistral.rs ends a sequence at a stop
+/// text, but a stream has already carried the token that completed it; so text that may
+/// begin a stop text is held back until the next piece shows whether it does, and the
+/// reply is cut where one begins.
+#[derive(Debug, Default)]
+pub(crate) struct StopCut {
+    stops: Vec<String>,
+    held: String,
+    cut: bool,
+}
+
+impl StopCut {
+    pub(crate) fn new(stops: Vec<String>) -> Self {
+        Self {
+            stops: stops.into_iter().filter(|s| !s.is_empty()).collect(),
+            ..Self::default()
+        }
+    }
+
+    /// The events to pass on for `events`: text up to any stop text, the rest held back
+    /// while it may still begin one, released before the reply's end.
+    fn cut(
+        &mut self,
+        events: Vec<Result<StreamEvent, EngineError>>,
+    ) -> Vec<Result<StreamEvent, EngineError>> {
+        if self.stops.is_empty() {
+            return events;
+        }
+        let mut out = Vec::with_capacity(events.len());
+        for event in events {
+            match event {
+                Ok(StreamEvent::Text(text)) => {
+                    out.extend(self.text(&text).map(|t| Ok(StreamEvent::Text(t))))
+                }
+                other => {
+                    let rest = std::mem::take(&mut self.held);
+                    if !rest.is_empty() && !self.cut {
+                        out.push(Ok(StreamEvent::Text(rest)));
+                    }
+                    out.push(other);
+                }
+            }
+        }
+        out
+    }
+
+    /// What of `text` may go out now.
+    fn text(&mut self, text: &str) -> Option<String> {
+        if self.cut {
+            return None;
+        }
+        self.held.push_str(text);
+        let held = &self.held;
+        if let Some(at) = self
+            .stops
+            .iter()
+            .filter_map(|s| held.find(s.as_str()))
+            .min()
+        {
+            self.cut = true;
+            let before = held[..at].to_string();
+            self.held.clear();
+            return Some(before).filter(|t| !t.is_empty());
+        }
+        // Keep the longest ending that some stop text starts with.
+        let keep = held
+            .char_indices()
+            .map(|(i, _)| i)
+            .find(|&i| self.stops.iter().any(|s| s.starts_with(&held[i..])))
+            .unwrap_or(held.len());
+        let ready = held[..keep].to_string();
+        self.held.drain(..keep);
+        Some(ready).filter(|t| !t.is_empty())
+    }
+}
+
 /// The events one engine response carries, and whether it is the last.
 fn translate(response: Response) -> (Vec<Result<StreamEvent, EngineError>>, bool) {
     match response {
@@ -190,5 +267,53 @@ fn translate(response: Response) -> (Vec<Result<StreamEvent, EngineError>>, bool
             vec![Err(internal("unexpected response kind from the engine"))],
             true,
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn texts(cut: &mut StopCut, pieces: &[&str]) -> String {
+        let mut out = String::new();
+        for piece in pieces {
+            let events = cut.cut(vec![Ok(StreamEvent::Text(piece.to_string()))]);
+            for event in events {
+                if let Ok(StreamEvent::Text(t)) = event {
+                    out.push_str(&t);
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn a_reply_ends_where_a_stop_text_begins() {
+        let mut cut = StopCut::new(vec!["Paris".into(), "\n\n".into()]);
+        assert_eq!(
+            texts(&mut cut, &["The capital is", " Pa", "ris.", " More"]),
+            "The capital is "
+        );
+        let mut cut = StopCut::new(vec!["END".into()]);
+        // Held while it may begin the stop text, released when it does not.
+        assert_eq!(texts(&mut cut, &["a E", "N"]), "a ");
+        assert_eq!(texts(&mut cut, &["d é"]), "ENd é");
+        let done = cut.cut(vec![Ok(StreamEvent::Done(Finish {
+            reason: "stop".into(),
+            prompt_tokens: 1,
+            completion_tokens: 1,
+        }))]);
+        assert_eq!(done.len(), 1, "nothing was held: {done:?}");
+        let mut cut = StopCut::new(vec!["zz".into()]);
+        assert_eq!(texts(&mut cut, &["a", "z"]), "a");
+        let events = cut.cut(vec![Ok(StreamEvent::Done(Finish {
+            reason: "length".into(),
+            prompt_tokens: 1,
+            completion_tokens: 2,
+        }))]);
+        assert!(
+            matches!(&events[0], Ok(StreamEvent::Text(t)) if t == "z"),
+            "{events:?}"
+        );
     }
 }

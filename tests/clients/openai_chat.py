@@ -28,6 +28,12 @@ out["whole"] = {
     "prompt_tokens": whole.usage.prompt_tokens,
 }
 
+stopped = client.chat.completions.create(model="any", messages=question, max_tokens=16, stop=["Paris"])
+out["stopped"] = {
+    "content": stopped.choices[0].message.content,
+    "finish_reason": stopped.choices[0].finish_reason,
+}
+
 pieces, finish, usage = [], None, None
 stream = client.chat.completions.create(
     model="any",

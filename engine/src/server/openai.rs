@@ -27,7 +27,19 @@ pub struct ChatCompletionBody {
     /// Scheduling priority, lower is more urgent (vLLM's extension), within
     /// [`Limits::priorities`].
     pub priority: Option<i32>,
+    /// Up to four texts that end the reply (one string or a list).
+    pub stop: Option<Stop>,
 }
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Stop {
+    One(String),
+    Many(Vec<String>),
+}
+
+/// Most stop texts a request may give, as OpenAI allows.
+const MAX_STOPS: usize = 4;
 
 #[derive(Debug, Deserialize)]
 pub struct StreamOptions {
@@ -236,6 +248,17 @@ impl ChatCompletionBody {
                 ));
             }
         }
+        let stop = match self.stop {
+            None => Vec::new(),
+            Some(Stop::One(text)) => vec![text],
+            Some(Stop::Many(texts)) => texts,
+        };
+        if stop.len() > MAX_STOPS || stop.iter().any(|s| s.is_empty()) {
+            return Err(ApiError::invalid(
+                Some("stop"),
+                format!("stop takes at most {MAX_STOPS} texts, none of them empty"),
+            ));
+        }
         let include_usage = self.stream_options.is_some_and(|o| o.include_usage);
         Ok((
             ChatRequest {
@@ -253,6 +276,7 @@ impl ChatCompletionBody {
                     .unwrap_or(AGENT_PRIORITY)
                     .clamp(*limits.priorities.start(), *limits.priorities.end()),
                 session: None,
+                stop,
             },
             include_usage,
         ))
@@ -301,6 +325,17 @@ mod tests {
         assert_eq!(req.priority, 5);
         assert_eq!(req.max_tokens, 128);
         assert_eq!(req.messages[1], Message::new(Role::User, "hi"));
+        let stop = |s: Value| {
+            parse(json!({"messages": [{"role": "user", "content": "x"}], "stop": s}))
+                .map(|(r, _)| r.stop)
+        };
+        assert_eq!(stop(json!("\n")).unwrap(), ["\n"]);
+        assert_eq!(stop(json!(["a", "b"])).unwrap(), ["a", "b"]);
+        assert_eq!(
+            stop(json!(["a", "b", "c", "d", "e"])).unwrap_err().param,
+            Some("stop")
+        );
+        assert_eq!(stop(json!([""])).unwrap_err().param, Some("stop"));
         assert_eq!(
             parse(json!({"messages": [{"role": "user", "content": "x"}]}))
                 .unwrap()
