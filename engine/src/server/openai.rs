@@ -1,10 +1,10 @@
 //! The OpenAI chat-completions wire format: what a request may hold, how it is checked,
 //! and the objects the server answers with.
 
+use std::ops::RangeInclusive;
+
 use serde::Deserialize;
 use serde_json::{json, Value};
-
-use std::ops::RangeInclusive;
 
 use crate::{ChatRequest, Message, Repetition, Role, AGENT_PRIORITY};
 
@@ -31,6 +31,7 @@ pub struct ChatCompletionBody {
     pub stop: Option<Stop>,
 }
 
+/// `stop` as OpenAI takes it: one text, or a list.
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
 pub enum Stop {
