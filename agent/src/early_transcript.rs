@@ -92,11 +92,10 @@ impl EarlyTranscript {
     /// turn's transcript up to there, unless the worker is busy or has it already.
     pub(crate) fn speculate(&mut self, detector: &TurnDetector, speech_end_s: f64) -> Result<()> {
         self.collect_ready();
-        let has = |at: Option<f64>| at.is_some_and(|at| same(at, speech_end_s));
-        if self.in_flight.is_some() || has(self.finished.as_ref().map(|d| d.speech_end_s)) {
-            return Ok(());
+        let done = self.finished.as_ref();
+        if self.in_flight.is_none() && !done.is_some_and(|d| same(d.speech_end_s, speech_end_s)) {
+            self.send(detector, speech_end_s)?;
         }
-        self.send(detector, speech_end_s)?;
         Ok(())
     }
 
