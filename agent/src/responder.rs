@@ -6,7 +6,9 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use sublet_audio::Audio;
-use sublet_engine::{ChatRequest, Engine, Message, ReplyStream, Role, StreamEvent, VOICE_PRIORITY};
+use sublet_engine::{
+    ChatRequest, Engine, EngineError, Message, ReplyStream, Role, StreamEvent, VOICE_PRIORITY,
+};
 use sublet_stt::Transcriber;
 use sublet_tts::Voice;
 
@@ -263,7 +265,7 @@ impl Responder {
         }
     }
 
-    fn chat(&self, messages: Vec<Message>) -> Result<ReplyStream> {
+    fn chat(&self, messages: Vec<Message>) -> Result<ReplyStream, EngineError> {
         self.engine.chat(ChatRequest {
             priority: VOICE_PRIORITY,
             session: Some(self.call_id),
@@ -509,7 +511,7 @@ impl TurnHint {
         messages
     }
 
-    pub fn send(&self) -> Result<()> {
+    pub fn send(&self) -> Result<(), EngineError> {
         self.engine.turn_hint(self.call_id, self.conversation())
     }
 }

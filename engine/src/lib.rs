@@ -6,6 +6,7 @@
 //! 540 MB, and the products equal the dequantized-F32 path's up to summation order. Stock
 //! candle rounds the activations to 8 bits instead.
 
+mod error;
 pub mod scheduler;
 mod stream;
 
@@ -13,7 +14,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use anyhow::{Context, Result};
 use candle_core::Device;
 use either::Either;
 use indexmap::IndexMap;
@@ -22,10 +22,11 @@ use mistralrs_core::{
     GGUFLoaderBuilder, GGUFSpecificConfig, MistralRs, MistralRsBuilder, ModelDType, NormalRequest,
     Request, RequestMessage, SamplingParams, SchedulerConfig, StopTokens, TokenSource,
 };
-use sublet_models::ModelCache;
+use sublet_models::{MissingModel, ModelCache};
 
+pub use error::{EngineError, LoadError};
 use stream::StopCut;
-pub use stream::{EngineError, Finish, ReplyStream, StreamEvent};
+pub use stream::{Finish, FinishReason, ReplyStream, StreamEvent};
 
 pub use sublet_make_room as make_room;
 pub mod probe;
@@ -48,7 +49,7 @@ pub struct EngineConfig {
 
 impl EngineConfig {
     /// The bundled SmolLM2-135M-Instruct, with its quantized weights.
-    pub fn bundled(cache: &ModelCache) -> Result<Self> {
+    pub fn bundled(cache: &ModelCache) -> Result<Self, MissingModel> {
         Ok(Self {
             model: cache.llm_gguf()?,
             weights: Weights::default(),
@@ -202,7 +203,7 @@ pub struct Engine {
 
 impl Engine {
     /// Loads the model and starts the engine's scheduler thread.
-    pub fn load(config: &EngineConfig) -> Result<Self> {
+    pub fn load(config: &EngineConfig) -> Result<Self, LoadError> {
         // Read by candle (once per thread) when each quantized matrix is loaded.
         let (f32_var, f16_var) = match config.weights {
             Weights::Quantized => ("0", "0"),
@@ -261,14 +262,14 @@ impl Engine {
     /// Starts a chat completion from a plain thread; its text streams back through the
     /// returned stream, and dropping the stream cancels it in the engine (at its next
     /// token). Must not be called from inside an async runtime: use [`Engine::chat_async`].
-    pub fn chat(&self, request: ChatRequest) -> Result<ReplyStream> {
+    pub fn chat(&self, request: ChatRequest) -> Result<ReplyStream, EngineError> {
         self.runtime.block_on(self.chat_async(request))
     }
 
     /// The turn hint: the caller of `session` just stopped speaking, so a turn is coming.
     /// Sends the engine a one-token request for the call (at voice priority, with the
     /// call's conversation so far) and lets it run to its end in the background.
-    pub fn turn_hint(&self, session: u64, messages: Vec<Message>) -> Result<()> {
+    pub fn turn_hint(&self, session: u64, messages: Vec<Message>) -> Result<(), EngineError> {
         let mut stream = self.chat(ChatRequest {
             priority: VOICE_PRIORITY,
             session: Some(session),
@@ -288,17 +289,14 @@ impl Engine {
     }
 
     /// [`Engine::chat`] for async callers (the HTTP server).
-    pub async fn chat_async(&self, request: ChatRequest) -> Result<ReplyStream> {
+    pub async fn chat_async(&self, request: ChatRequest) -> Result<ReplyStream, EngineError> {
         let stop = request.stop.clone();
         let (normal, rx) = self.normal_request(request);
-        let sender = self
-            .runner
-            .get_sender(None)
-            .map_err(|e| anyhow::anyhow!("engine is not running: {e}"))?;
+        let sender = self.sender()?;
         sender
             .send(Request::Normal(Box::new(normal)))
             .await
-            .map_err(|_| anyhow::anyhow!("engine stopped"))?;
+            .map_err(|_| EngineError::Stopped)?;
         Ok(ReplyStream::spawn(
             self.runtime.handle(),
             rx,
@@ -307,7 +305,7 @@ impl Engine {
     }
 
     /// How many tokens `messages` take as a prompt (the chat template applied).
-    pub fn prompt_tokens(&self, messages: &[Message]) -> Result<usize> {
+    pub fn prompt_tokens(&self, messages: &[Message]) -> Result<usize, EngineError> {
         let (tx, mut rx) = tokio::sync::mpsc::channel(1);
         let request = Request::Tokenize(mistralrs_core::TokenizationRequest {
             text: Either::Left(chat_messages(messages)),
@@ -318,18 +316,25 @@ impl Engine {
             reasoning_effort: None,
             response: tx,
         });
-        let sender = self
-            .runner
-            .get_sender(None)
-            .map_err(|e| anyhow::anyhow!("engine is not running: {e}"))?;
+        let sender = self.sender()?;
         self.runtime.block_on(async {
             sender
                 .send(request)
                 .await
-                .map_err(|_| anyhow::anyhow!("engine stopped"))?;
-            let tokens = rx.recv().await.context("engine stopped")??;
-            Ok(tokens.len())
+                .map_err(|_| EngineError::Stopped)?;
+            match rx.recv().await {
+                Some(Ok(tokens)) => Ok(tokens.len()),
+                Some(Err(e)) => Err(EngineError::InvalidRequest(format!("{e:#}"))),
+                None => Err(EngineError::Stopped),
+            }
         })
+    }
+
+    /// The channel into the engine's thread.
+    fn sender(&self) -> Result<tokio::sync::mpsc::Sender<Request>, EngineError> {
+        self.runner
+            .get_sender(None)
+            .map_err(|_| EngineError::Stopped)
     }
 
     fn normal_request(
@@ -404,15 +409,13 @@ fn chat_messages(messages: &[Message]) -> Vec<IndexMap<String, mistralrs_core::M
 async fn build_runner(
     config: &EngineConfig,
     make_room: &scheduler::MakeRoomHandle,
-) -> Result<Arc<MistralRs>> {
+) -> Result<Arc<MistralRs>, LoadError> {
     let model = &config.model;
     let dir = model.parent().unwrap_or(Path::new("."));
-    let file = model
-        .file_name()
-        .context("model path has no file name")?
-        .to_string_lossy()
-        .into_owned();
-    anyhow::ensure!(model.is_file(), "model file {} not found", model.display());
+    let (Some(file), true) = (model.file_name(), model.is_file()) else {
+        return Err(LoadError::NoFile(model.clone()));
+    };
+    let file = file.to_string_lossy().into_owned();
     let loader = GGUFLoaderBuilder::new(
         None,
         None,
@@ -434,7 +437,10 @@ async fn build_runner(
             None,
             None,
         )
-        .with_context(|| format!("loading {}", model.display()))?;
+        .map_err(|e| LoadError::Model {
+            path: model.clone(),
+            source: e.into(),
+        })?;
     let max_running = config.max_running.max(1).try_into().expect("at least one");
     let Some(policy) = &config.make_room else {
         let scheduler = SchedulerConfig::DefaultScheduler {
@@ -476,4 +482,39 @@ fn decodes_unequal_lengths_together(model: &Path) -> bool {
         .get("general.architecture")
         .and_then(|v| v.to_string().ok())
         .is_some_and(|arch| matches!(arch.as_str(), "llama" | "mistral3"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(model: PathBuf) -> EngineConfig {
+        EngineConfig {
+            model,
+            weights: Weights::default(),
+            max_running: 1,
+            make_room: None,
+        }
+    }
+
+    /// A caller tells a model it must fetch from one that will not load.
+    #[test]
+    fn load_failures_say_which_case_they_are() {
+        let missing = std::env::temp_dir().join("sublet-no-such-model.gguf");
+        let err = Engine::load(&config(missing.clone())).err();
+        assert!(
+            matches!(&err, Some(LoadError::NoFile(p)) if *p == missing),
+            "{err:?}"
+        );
+
+        let corrupt =
+            std::env::temp_dir().join(format!("sublet-corrupt-{}.gguf", std::process::id()));
+        std::fs::write(&corrupt, b"GGUF but not really a model file at all").unwrap();
+        let err = Engine::load(&config(corrupt.clone())).err();
+        std::fs::remove_file(&corrupt).ok();
+        assert!(
+            matches!(&err, Some(LoadError::Model { path, .. }) if *path == corrupt),
+            "{err:?}"
+        );
+    }
 }

@@ -1,37 +1,55 @@
 //! A reply's stream of text, handed from the engine's async world to any thread.
 
 use mistralrs_core::Response;
+
+use crate::EngineError;
 use tokio::sync::mpsc;
 
 /// How a reply ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Finish {
-    /// `stop`, `length` or `canceled`, as the engine reports it.
-    pub reason: String,
+    pub reason: FinishReason,
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
 }
 
-/// Why a request failed in the engine.
+/// Why a reply ended, as the engine reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EngineError {
-    /// True when the request itself was at fault (a prompt longer than the model takes).
-    pub invalid_request: bool,
-    pub message: String,
+pub enum FinishReason {
+    /// The model ended it (its end-of-turn token or a stop text).
+    Stop,
+    /// It reached its `max_tokens` or the model's length.
+    Length,
+    /// Its reader left, or the engine cancelled it.
+    Canceled,
+    /// A reason this engine does not name (kept as the engine gave it).
+    Other(String),
 }
 
-impl std::fmt::Display for EngineError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
+impl FinishReason {
+    fn from_engine(reason: &str) -> Self {
+        match reason {
+            "stop" => Self::Stop,
+            "length" => Self::Length,
+            "canceled" => Self::Canceled,
+            other => Self::Other(other.to_string()),
+        }
+    }
+
+    /// The OpenAI API's name for it (`finish_reason`).
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Stop => "stop",
+            Self::Length => "length",
+            Self::Canceled => "canceled",
+            Self::Other(reason) => reason,
+        }
     }
 }
 
-impl std::error::Error for EngineError {}
-
-fn internal(message: impl Into<String>) -> EngineError {
-    EngineError {
-        invalid_request: false,
-        message: message.into(),
+impl std::fmt::Display for FinishReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -78,7 +96,8 @@ impl ReplyStream {
                     return;
                 }
             }
-            let _ = tx.send(Err(internal("the engine dropped the request")));
+            let dropped = EngineError::Internal("the engine dropped the request".into());
+            let _ = tx.send(Err(dropped));
         });
         Self {
             rx,
@@ -134,7 +153,9 @@ impl ReplyStream {
                 StreamEvent::Done(finish) => return Ok((text, finish)),
             }
         }
-        Err(internal("stream ended without a result"))
+        Err(EngineError::Internal(
+            "stream ended without a result".into(),
+        ))
     }
 }
 
@@ -232,7 +253,7 @@ fn translate(response: Response) -> (Vec<Result<StreamEvent, EngineError>>, bool
             if let Some(reason) = finish {
                 let usage = chunk.usage.as_ref();
                 events.push(Ok(StreamEvent::Done(Finish {
-                    reason,
+                    reason: FinishReason::from_engine(&reason),
                     prompt_tokens: usage.map_or(0, |u| u.prompt_tokens),
                     completion_tokens: usage.map_or(0, |u| u.completion_tokens),
                 })));
@@ -240,11 +261,9 @@ fn translate(response: Response) -> (Vec<Result<StreamEvent, EngineError>>, bool
             (events, last)
         }
         Response::Done(done) => {
-            let reason = done
-                .choices
-                .first()
-                .map(|c| c.finish_reason.clone())
-                .unwrap_or_else(|| "stop".into());
+            let reason = done.choices.first().map_or(FinishReason::Stop, |c| {
+                FinishReason::from_engine(&c.finish_reason)
+            });
             let finish = Finish {
                 reason,
                 prompt_tokens: done.usage.prompt_tokens,
@@ -253,20 +272,17 @@ fn translate(response: Response) -> (Vec<Result<StreamEvent, EngineError>>, bool
             (vec![Ok(StreamEvent::Done(finish))], true)
         }
         Response::ModelError(message, _) | Response::CompletionModelError(message, _) => {
-            (vec![Err(internal(format!("model error: {message}")))], true)
+            (vec![Err(EngineError::Model(message))], true)
         }
-        Response::InternalError(e) => (vec![Err(internal(format!("engine error: {e}")))], true),
-        Response::ValidationError(e) => (
-            vec![Err(EngineError {
-                invalid_request: true,
-                message: e.to_string(),
-            })],
-            true,
-        ),
-        _ => (
-            vec![Err(internal("unexpected response kind from the engine"))],
-            true,
-        ),
+        Response::InternalError(e) => (vec![Err(EngineError::Internal(e.to_string()))], true),
+        Response::ValidationError(e) => {
+            (vec![Err(EngineError::InvalidRequest(e.to_string()))], true)
+        }
+        _ => {
+            let unexpected =
+                EngineError::Internal("unexpected response kind from the engine".into());
+            (vec![Err(unexpected)], true)
+        }
     }
 }
 
@@ -299,7 +315,7 @@ mod tests {
         assert_eq!(texts(&mut cut, &["a E", "N"]), "a ");
         assert_eq!(texts(&mut cut, &["d é"]), "ENd é");
         let done = cut.cut(vec![Ok(StreamEvent::Done(Finish {
-            reason: "stop".into(),
+            reason: FinishReason::Stop,
             prompt_tokens: 1,
             completion_tokens: 1,
         }))]);
@@ -307,7 +323,7 @@ mod tests {
         let mut cut = StopCut::new(vec!["zz".into()]);
         assert_eq!(texts(&mut cut, &["a", "z"]), "a");
         let events = cut.cut(vec![Ok(StreamEvent::Done(Finish {
-            reason: "length".into(),
+            reason: FinishReason::Length,
             prompt_tokens: 1,
             completion_tokens: 2,
         }))]);

@@ -31,7 +31,7 @@ use serde_json::json;
 use subtle::ConstantTimeEq;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::{Engine, StreamEvent};
+use crate::{Engine, EngineError, StreamEvent};
 pub use connections::{serve, ConnectionLimits};
 pub use metrics::Metrics;
 pub use openai::Limits;
@@ -228,10 +228,10 @@ async fn serve_chat(
     // one that runs, before any status is sent.
     let first = match reply.next().await {
         Some(Ok(event)) => event,
-        Some(Err(e)) if e.invalid_request => {
-            return Err(ApiError::invalid(Some("messages"), e.message))
+        Some(Err(EngineError::InvalidRequest(message))) => {
+            return Err(ApiError::invalid(Some("messages"), message))
         }
-        Some(Err(e)) => return Err(ApiError::server(e.message)),
+        Some(Err(e)) => return Err(ApiError::server(e.to_string())),
         None => return Err(ApiError::server("the engine ended the request")),
     };
     let id = format!("chatcmpl-{}", state.metrics.started(priority));
@@ -246,7 +246,7 @@ async fn serve_chat(
 
     if !stream_requested {
         let mut text = String::new();
-        let mut event: Option<Result<StreamEvent, crate::EngineError>> = Some(Ok(first));
+        let mut event: Option<Result<StreamEvent, EngineError>> = Some(Ok(first));
         loop {
             match event {
                 Some(Ok(StreamEvent::Text(t))) => text.push_str(&t),
@@ -254,14 +254,14 @@ async fn serve_chat(
                     ending.finished(finish.prompt_tokens, finish.completion_tokens);
                     return Ok(Json(json!({
                         "id": id, "object": "chat.completion", "created": created, "model": model,
-                        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish.reason}],
+                        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish.reason.as_str()}],
                         "usage": openai::usage(finish.prompt_tokens, finish.completion_tokens),
                     }))
                     .into_response());
                 }
                 Some(Err(e)) => {
                     ending.failed();
-                    return Err(ApiError::server(e.message));
+                    return Err(ApiError::server(e.to_string()));
                 }
                 None => {
                     ending.failed();
@@ -291,7 +291,7 @@ async fn serve_chat(
                     Poll::Ready(Some(Err(e))) => {
                         ending.failed();
                         done = true;
-                        let body = ApiError::server(e.message).body();
+                        let body = ApiError::server(e.to_string()).body();
                         return Poll::Ready(Some(Ok(Event::default().data(body.to_string()))));
                     }
                     Poll::Ready(None) => {
@@ -315,8 +315,13 @@ async fn serve_chat(
                 }
                 StreamEvent::Done(finish) => {
                     ending.finished(finish.prompt_tokens, finish.completion_tokens);
-                    let mut last =
-                        openai::chunk(&id, created, &model, json!({}), Some(&finish.reason));
+                    let mut last = openai::chunk(
+                        &id,
+                        created,
+                        &model,
+                        json!({}),
+                        Some(finish.reason.as_str()),
+                    );
                     if include_usage {
                         last["usage"] =
                             openai::usage(finish.prompt_tokens, finish.completion_tokens);
