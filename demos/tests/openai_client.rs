@@ -182,11 +182,15 @@ fn check_served(port: u16) -> String {
     assert_eq!(seen["bad_role"]["status"], 400);
     assert_eq!(seen["bad_role"]["param"], "messages");
     assert_eq!(seen["too_many_tokens"]["param"], "max_tokens");
-    assert_eq!(
-        seen["oversized_prompt"]["status"], 400,
-        "{}",
-        seen["oversized_prompt"]
-    );
+    // Both refused by the server's own count, before the engine's thread (whose refusal
+    // carries no code): the first tokenized on a worker, the second from its bytes alone.
+    for (case, counted) in [("oversized_prompt", "take 2"), ("huge_prompt", "at least")] {
+        let refusal = &seen[case];
+        assert_eq!(refusal["status"], 400, "{refusal}");
+        assert_eq!(refusal["code"], "context_length_exceeded", "{refusal}");
+        let message = refusal["message"].as_str().unwrap_or_default();
+        assert!(message.contains(counted), "{case}: {refusal}");
+    }
     assert_eq!(seen["malformed_json"]["status"], 400);
     assert_eq!(
         seen["malformed_json"]["body"]["error"]["type"],

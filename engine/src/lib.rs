@@ -9,6 +9,7 @@
 mod error;
 pub mod scheduler;
 mod stream;
+mod tokens;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -27,6 +28,7 @@ use sublet_models::{MissingModel, ModelCache};
 pub use error::{EngineError, LoadError};
 use stream::StopCut;
 pub use stream::{Finish, FinishReason, ReplyStream, StreamEvent};
+pub use tokens::TokenCounter;
 
 pub use sublet_make_room as make_room;
 pub mod probe;
@@ -199,6 +201,7 @@ pub struct Engine {
     runtime: tokio::runtime::Runtime,
     next_id: AtomicUsize,
     model_name: String,
+    tokens: Option<TokenCounter>,
 }
 
 impl Engine {
@@ -218,7 +221,7 @@ impl Engine {
             .enable_all()
             .build()?;
         let make_room = scheduler::MakeRoomHandle::default();
-        let runner = runtime.block_on(build_runner(config, &make_room))?;
+        let (runner, tokens) = runtime.block_on(build_runner(config, &make_room))?;
         let model_name = config
             .model
             .file_stem()
@@ -230,6 +233,7 @@ impl Engine {
             runtime,
             next_id: AtomicUsize::new(1),
             model_name,
+            tokens,
         })
     }
 
@@ -252,6 +256,12 @@ impl Engine {
     /// The served model's name (the GGUF file's stem).
     pub fn model_name(&self) -> &str {
         &self.model_name
+    }
+
+    /// Counts a text's tokens on the caller's thread, with the model's tokenizer (`None` if
+    /// the model has none mistral.rs exposes).
+    pub fn token_counter(&self) -> Option<&TokenCounter> {
+        self.tokens.as_ref()
     }
 
     /// Most tokens a prompt plus its reply may take, when the model says.
@@ -409,7 +419,7 @@ fn chat_messages(messages: &[Message]) -> Vec<IndexMap<String, mistralrs_core::M
 async fn build_runner(
     config: &EngineConfig,
     make_room: &scheduler::MakeRoomHandle,
-) -> Result<Arc<MistralRs>, LoadError> {
+) -> Result<(Arc<MistralRs>, Option<TokenCounter>), LoadError> {
     let model = &config.model;
     let dir = model.parent().unwrap_or(Path::new("."));
     let (Some(file), true) = (model.file_name(), model.is_file()) else {
@@ -441,14 +451,20 @@ async fn build_runner(
             path: model.clone(),
             source: e.into(),
         })?;
+    let tokens = pipeline.lock().await.tokenizer().map(|tokenizer| {
+        let longest = tokenizer.get_vocab(true).keys().map(String::len).max();
+        let count = move |text: &str| tokenizer.encode(text, false).ok().map(|e| e.len());
+        TokenCounter::new(count, longest.unwrap_or(1))
+    });
     let max_running = config.max_running.max(1).try_into().expect("at least one");
     let Some(policy) = &config.make_room else {
         let scheduler = SchedulerConfig::DefaultScheduler {
             method: DefaultSchedulerMethod::Fixed(max_running),
         };
-        return Ok(MistralRsBuilder::new(pipeline, scheduler, false, None)
+        let runner = MistralRsBuilder::new(pipeline, scheduler, false, None)
             .build()
-            .await);
+            .await;
+        return Ok((runner, tokens));
     };
     let policy = make_room::PolicyConfig {
         max_running: config.max_running.max(1),
@@ -460,11 +476,10 @@ async fn build_runner(
         Arc::new(tokio::sync::Mutex::new(scheduler));
     // mistral.rs's own prefix cache stays on, as stock: a request that shares a prefix
     // with a finished one (a call's next turn, an agent's next call) starts from its KV.
-    Ok(
-        MistralRsBuilder::new(pipeline, SchedulerConfig::Custom(scheduler), false, None)
-            .build()
-            .await,
-    )
+    let runner = MistralRsBuilder::new(pipeline, SchedulerConfig::Custom(scheduler), false, None)
+        .build()
+        .await;
+    Ok((runner, tokens))
 }
 
 /// Whether mistral.rs's model for this GGUF decodes sequences of different lengths in one

@@ -60,7 +60,13 @@ def refusal(call):
         call()
     except openai.APIStatusError as e:
         body = e.body if isinstance(e.body, dict) else {}
-        return {"status": e.status_code, "type": body.get("type"), "param": body.get("param"), "message": body.get("message")}
+        return {
+            "status": e.status_code,
+            "type": body.get("type"),
+            "param": body.get("param"),
+            "code": body.get("code"),
+            "message": body.get("message"),
+        }
     return None
 
 
@@ -72,6 +78,9 @@ out["bad_role"] = refusal(
 out["too_many_tokens"] = refusal(lambda: client.chat.completions.create(model="any", messages=question, max_tokens=10**7))
 long_prompt = [{"role": "user", "content": "word " * 20000}]
 out["oversized_prompt"] = refusal(lambda: client.chat.completions.create(model="any", messages=long_prompt, max_tokens=4))
+# Near the 4 MiB body bound: refused from its length in bytes, never tokenized.
+huge_prompt = [{"role": "user", "content": "x" * 4_000_000}]
+out["huge_prompt"] = refusal(lambda: client.chat.completions.create(model="any", messages=huge_prompt, max_tokens=4))
 
 def raw_post(data, content_type):
     """Posts bytes the official client would never send; the status and error body."""

@@ -14,6 +14,7 @@
 mod connections;
 mod metrics;
 pub mod openai;
+mod prompt_length;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -218,6 +219,12 @@ async fn serve_chat(
         parsed.map_err(|e| ApiError::invalid(None, format!("malformed JSON body: {e}")))?;
     let stream_requested = parsed.stream;
     let (request, include_usage) = parsed.into_request(&state.config.limits)?;
+    if let (Some(counter), Some(max_len)) = (
+        state.engine.token_counter(),
+        state.engine.max_sequence_length(),
+    ) {
+        prompt_length::check(counter, max_len, &request.messages).await?;
+    }
     let priority = request.priority;
     let mut reply = state
         .engine

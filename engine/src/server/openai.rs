@@ -75,6 +75,8 @@ pub struct ApiError {
     pub kind: &'static str,
     pub param: Option<&'static str>,
     pub message: String,
+    /// OpenAI's code for the case, where it names one (`context_length_exceeded`).
+    pub code: Option<&'static str>,
     /// Seconds after which the client may try again (sent as `Retry-After`).
     pub retry_after_s: Option<u32>,
 }
@@ -86,6 +88,7 @@ impl ApiError {
             kind,
             param: None,
             message: message.into(),
+            code: None,
             retry_after_s: None,
         }
     }
@@ -115,7 +118,7 @@ impl ApiError {
             "message": self.message,
             "type": self.kind,
             "param": self.param,
-            "code": Value::Null,
+            "code": self.code,
         }})
     }
 }

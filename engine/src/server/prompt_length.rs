@@ -1,0 +1,48 @@
+//! A prompt too long for the model, refused before the engine's thread sees it.
+//!
+//! The messages' text is bounded first from its bytes alone, then tokenized on a blocking
+//! worker; a prompt whose text alone takes more tokens than the model holds gets OpenAI's
+//! `context_length_exceeded`. The count leaves out the chat template's few tokens a
+//! message, so a prompt just over the limit still reaches the engine, which refuses it
+//! exactly: this check only keeps the slow cases off the engine's thread.
+
+use crate::{Message, TokenCounter};
+
+use super::openai::ApiError;
+
+/// `Err` if `messages` cannot fit in `max_len` tokens.
+pub(super) async fn check(
+    counter: &TokenCounter,
+    max_len: usize,
+    messages: &[Message],
+) -> Result<(), ApiError> {
+    let text = messages
+        .iter()
+        .map(|m| m.content.as_str())
+        .collect::<Vec<_>>()
+        .join("\n");
+    // Joins between messages may merge or split a token at each boundary.
+    let limit = max_len + messages.len();
+    let at_least = counter.at_least(&text);
+    if at_least > limit {
+        return Err(too_long(format!("at least {at_least}"), max_len));
+    }
+    let counter = counter.clone();
+    let tokens = tokio::task::spawn_blocking(move || counter.count(&text))
+        .await
+        .map_err(|e| ApiError::server(format!("counting the prompt's tokens: {e}")))?;
+    match tokens {
+        Some(tokens) if tokens > limit => Err(too_long(tokens.to_string(), max_len)),
+        _ => Ok(()),
+    }
+}
+
+fn too_long(tokens: String, max_len: usize) -> ApiError {
+    ApiError {
+        code: Some("context_length_exceeded"),
+        ..ApiError::invalid(
+            Some("messages"),
+            format!("the messages take {tokens} tokens; this model takes at most {max_len}"),
+        )
+    }
+}
