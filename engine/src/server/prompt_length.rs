@@ -1,8 +1,8 @@
 //! A prompt too long for the model, refused before the engine's thread sees it.
 //!
-//! The messages' text is bounded first from its bytes alone, then tokenized on a blocking
-//! worker; a prompt whose text alone takes more tokens than the model holds gets OpenAI's
-//! `context_length_exceeded`. The count leaves out the chat template's few tokens a
+//! The messages' text is bounded first from its bytes alone (it surely fits when short and
+//! cannot when long), then tokenized on a blocking worker; a prompt whose text alone takes
+//! more tokens than the model holds gets OpenAI's `context_length_exceeded`. The count leaves out the chat template's few tokens a
 //! message, so a prompt just over the limit still reaches the engine, which refuses it
 //! exactly: this check only keeps the slow cases off the engine's thread.
 
@@ -21,6 +21,11 @@ pub(super) async fn check(
         .map(|m| m.content.as_str())
         .collect::<Vec<_>>()
         .join("\n");
+    // A token covers at least one byte (one more for a prefix the tokenizer may add):
+    // a text this short fits without being tokenized here, as nearly every request does.
+    if text.len() < max_len {
+        return Ok(());
+    }
     // Joins between messages may merge or split a token at each boundary.
     let limit = max_len + messages.len();
     let at_least = counter.at_least(&text);
