@@ -15,11 +15,14 @@
 //!   answered sooner; one who pauses long is still waited for.
 //! - The transcript of the speech so far, when the caller of the rules gives its cue
 //!   ([`crate::transcript_cue`]): a question ends the turn at the minimum delay even when
-//!   the model is unsure; a trailing "and", "um" or number keeps it open the full maximum,
-//!   even when the model is sure (its score hears the voice, not the words). Words that
-//!   neither ask nor trail, with the model unsure, or that end with a number, end the turn
-//!   `unsure_words_delay_s` after the stop: the words show no sign of going on, and on voices it was not trained
-//!   for the model is unsure of most finished turns (measured by `cargo xtask latency`).
+//!   the model is unsure; a trailing "and" or "um" keeps an unsure turn open the full
+//!   maximum. Words that neither ask nor trail, with the model unsure, or that end with a
+//!   number, end the turn `unsure_words_delay_s` after the stop: the words show no sign of
+//!   going on, and on voices it was not trained for the model is unsure of most finished
+//!   turns (measured by `cargo xtask latency`). A trailing word against a sure model waits
+//!   as long: longer than a mid-sentence pause, since the model hears the voice and not
+//!   the words, but not the full maximum, since the transcriber often mishears the very
+//!   last word ("boil an egg?" as "… the boy in a").
 
 use crate::transcript_cue::TranscriptCue;
 
@@ -268,7 +271,15 @@ impl Endpointer {
         let c = &self.config;
         match cue {
             Some(TranscriptCue::Question) => return c.min_delay_s,
-            Some(TranscriptCue::Trailing) => return c.max_delay_s,
+            // Both signals say the caller goes on: the longest wait. When the model hears
+            // a finished voice, the trailing word is as likely a mishearing of the last
+            // word ("boil an egg?" as "the boy in a"): wait past a mid-sentence pause.
+            Some(TranscriptCue::Trailing) => {
+                return match score {
+                    Some(s) if s >= c.end_of_turn_threshold => self.unsure_words_delay_s(),
+                    _ => c.max_delay_s,
+                }
+            }
             Some(TranscriptCue::Number) => return self.unsure_words_delay_s(),
             Some(TranscriptCue::Neutral) | None => {}
         }
@@ -397,9 +408,11 @@ mod tests {
     }
 
     #[test]
-    fn a_trailing_and_keeps_even_a_confident_turn_open() {
+    fn a_trailing_and_keeps_even_a_confident_turn_open_past_a_pause() {
+        // The model sure, the words trailing: longer than a mid-sentence pause (1.2 s),
+        // shorter than when both say the caller goes on.
         let trailing = delay_with_cue(0.9, Some(TranscriptCue::Trailing));
-        assert!((3.0..3.0 + FRAME).contains(&trailing), "{trailing}");
+        assert!((1.3..1.3 + FRAME).contains(&trailing), "{trailing}");
         let confident = delay_with_cue(0.9, None);
         assert!((0.5..0.5 + FRAME).contains(&confident), "{confident}");
     }

@@ -3,7 +3,8 @@
 //!
 //! - A question (the text ends with `?`) is finished: the caller is waiting for an answer.
 //! - A trailing continuation is not: the last word joins or fills (`and`, `so`, `um`, `the`,
-//!   `to`, …), or the text ends in a comma or an ellipsis.
+//!   `to`, …), or the text ends in a comma or an ellipsis. (How long that holds the turn
+//!   depends on the end-of-turn model's score too: `crate::endpoint`.)
 //! - A number may not be: a number being dictated goes on after a breath, but one can also
 //!   end the turn ("… six seven eight nine"), so it waits as long as an unsure stop.
 //! - So is a verb that needs an object, said last after "to" or "please" ("remind me to
