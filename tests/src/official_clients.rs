@@ -82,10 +82,17 @@ pub fn livekit_agents_worker(
     run_client(python)
 }
 
-/// This crate's folder: `cargo test` gives it at run time; the one compiled in may be
-/// another checkout's (cargo reuses a shared target directory's build for the same sources).
+/// This crate's folder. At run time `cargo test`, `cargo run` and `cargo xtask` give the
+/// folder of the package that runs (this crate, or another of the workspace beside it);
+/// the one compiled in may be another checkout's (cargo reuses a shared target directory's
+/// build for the same sources), so it is only the fallback.
 fn crate_dir() -> std::path::PathBuf {
+    let compiled = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     std::env::var_os("CARGO_MANIFEST_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into())
+        .and_then(|running| {
+            let root = std::path::Path::new(&running).parent()?;
+            Some(root.join(compiled.file_name()?))
+        })
+        .filter(|dir| dir.join("Cargo.toml").is_file())
+        .unwrap_or_else(|| compiled.to_path_buf())
 }
