@@ -39,8 +39,9 @@ pub struct EndpointConfig {
     /// voices it was not trained for its middle scores are near chance: 0.73 at "forty two
     /// dollars and" heard as "… dollar mint." (`cargo xtask latency`, docs/latency.md).
     pub end_of_turn_threshold: f32,
-    /// The wait when the model is unsure and the transcript's cue is neutral, or the words
-    /// end with a number (`None`: `max_delay_s`, as with no transcript). Longer than a
+    /// The wait when the model is unsure and the transcript's cue is neutral, when the
+    /// words end with a number, or when they trail and the model is sure (`None`:
+    /// `max_delay_s`, as with no transcript). Longer than a
     /// mid-sentence pause of 1.2 s (the transcriber can mishear the word that shows the
     /// sentence goes on: "I would like to book" as "… to work."), with no end of turn while
     /// the caller's voice has begun again; shorter than LiveKit's 3 s.
