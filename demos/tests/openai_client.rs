@@ -165,6 +165,21 @@ fn check_served(port: u16) -> String {
         "{stopped}"
     );
     assert_eq!(stopped["finish_reason"], "stop", "{stopped}");
+    // Held to the schema: a whole reply parses and has its one required key (the same
+    // question unconstrained is answered in prose). JSON mode: an object, perhaps cut short.
+    let shaped = &seen["json_schema"];
+    let reply: Value = serde_json::from_str(shaped["content"].as_str().unwrap())
+        .unwrap_or_else(|e| panic!("{e}: {shaped}"));
+    assert!(reply["capital"].is_string(), "{shaped}");
+    assert_eq!(reply.as_object().map(|o| o.len()), Some(1), "{shaped}");
+    // It ends where its grammar does, not at its token limit.
+    assert_eq!(shaped["finish_reason"], "stop", "{shaped}");
+    let object = &seen["json_object"];
+    assert!(
+        object["content"].as_str().unwrap().starts_with('{'),
+        "{object}"
+    );
+    assert_eq!(seen["unknown_format"]["status"], 400);
     let stream = &seen["stream"];
     assert!(
         stream["pieces"].as_u64().unwrap() > 1,
@@ -214,7 +229,7 @@ fn check_served(port: u16) -> String {
     // The stream that asked for priority -1 ran at agent priority, beside the others.
     let metrics = seen["metrics"].as_str().unwrap();
     for line in [
-        "sublet_requests_finished_total{priority=\"1\"} 5",
+        "sublet_requests_finished_total{priority=\"1\"} 7",
         "sublet_requests_cancelled_total{priority=\"1\"} 2",
         "sublet_requests_in_flight{priority=\"1\"} 0",
         "sublet_requests_refused_total{status=\"401\"} 1",

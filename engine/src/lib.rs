@@ -156,6 +156,21 @@ pub struct ChatRequest {
     pub session: Option<u64>,
     /// Texts that end the reply where they appear, themselves left out (OpenAI's `stop`).
     pub stop: Vec<String>,
+    /// The shape the reply must take (any text by default).
+    pub format: ReplyFormat,
+}
+
+/// The shape a reply must take (OpenAI's `response_format`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum ReplyFormat {
+    /// Any text.
+    #[default]
+    Text,
+    /// JSON matching this JSON Schema (`{"type": "object"}` for OpenAI's JSON mode),
+    /// enforced token by token by mistral.rs's grammar constraint (llguidance): the model
+    /// cannot sample a token that leaves the schema. A reply cut by its token limit is
+    /// still only a prefix.
+    JsonSchema(serde_json::Value),
 }
 
 /// Penalties on tokens the sequence (prompt and reply) already holds, applied before the
@@ -189,6 +204,7 @@ impl ChatRequest {
             priority: AGENT_PRIORITY,
             session: None,
             stop: Vec::new(),
+            format: ReplyFormat::Text,
         }
     }
 }
@@ -374,6 +390,10 @@ impl Engine {
                 multiplier,
                 ..DrySamplingParams::default()
             });
+        let constraint = match request.format {
+            ReplyFormat::Text => Constraint::None,
+            ReplyFormat::JsonSchema(schema) => Constraint::JsonSchema(schema),
+        };
         let (tx, rx) = tokio::sync::mpsc::channel(64);
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let normal = NormalRequest {
@@ -387,7 +407,7 @@ impl Engine {
             return_logprobs: false,
             is_streaming: true,
             id,
-            constraint: Constraint::None,
+            constraint,
             suffix: None,
             tools: None,
             tool_choice: None,

@@ -34,6 +34,21 @@ out["stopped"] = {
     "finish_reason": stopped.choices[0].finish_reason,
 }
 
+# Structured output: the reply held to a JSON Schema, and JSON mode (any object).
+capital_schema = {
+    "type": "object",
+    "properties": {"capital": {"type": "string"}},
+    "required": ["capital"],
+    "additionalProperties": False,
+}
+ask_json = [{"role": "user", "content": "What is the capital of France? Answer in JSON."}]
+for case, response_format in [
+    ("json_schema", {"type": "json_schema", "json_schema": {"name": "capital", "schema": capital_schema}}),
+    ("json_object", {"type": "json_object"}),
+]:
+    shaped = client.chat.completions.create(model="any", messages=ask_json, max_tokens=32, response_format=response_format)
+    out[case] = {"content": shaped.choices[0].message.content, "finish_reason": shaped.choices[0].finish_reason}
+
 pieces, finish, usage = [], None, None
 stream = client.chat.completions.create(
     model="any",
@@ -74,6 +89,9 @@ wrong_key = openai.OpenAI(base_url=base_url, api_key="not-the-key", max_retries=
 out["wrong_key"] = refusal(lambda: wrong_key.chat.completions.create(model="any", messages=question, max_tokens=4))
 out["bad_role"] = refusal(
     lambda: client.chat.completions.create(model="any", messages=[{"role": "robot", "content": "hi"}], max_tokens=4)
+)
+out["unknown_format"] = refusal(
+    lambda: client.chat.completions.create(model="any", messages=question, max_tokens=4, response_format={"type": "yaml"})
 )
 out["too_many_tokens"] = refusal(lambda: client.chat.completions.create(model="any", messages=question, max_tokens=10**7))
 long_prompt = [{"role": "user", "content": "word " * 20000}]

@@ -6,7 +6,7 @@ use std::ops::RangeInclusive;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::{ChatRequest, Message, Repetition, Role, AGENT_PRIORITY};
+use crate::{ChatRequest, Message, Repetition, ReplyFormat, Role, AGENT_PRIORITY};
 
 /// A chat completion request as clients send it. Unknown fields are ignored, as OpenAI's
 /// own server does for the ones it does not use.
@@ -29,6 +29,29 @@ pub struct ChatCompletionBody {
     pub priority: Option<i32>,
     /// Up to four texts that end the reply (one string or a list).
     pub stop: Option<Stop>,
+    /// The reply's shape: `text`, `json_object` (JSON mode) or `json_schema`.
+    pub response_format: Option<ResponseFormat>,
+}
+
+/// `response_format` as OpenAI takes it.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ResponseFormat {
+    Text,
+    /// Any JSON object.
+    JsonObject,
+    /// JSON matching a schema (always held to it: `strict` is accepted and changes nothing).
+    JsonSchema {
+        json_schema: JsonSchemaFormat,
+    },
+}
+
+#[derive(Debug, Deserialize)]
+pub struct JsonSchemaFormat {
+    /// Required by OpenAI; unused here.
+    #[allow(dead_code)]
+    pub name: String,
+    pub schema: Option<Value>,
 }
 
 /// `stop` as OpenAI takes it: one text, or a list.
@@ -263,6 +286,14 @@ impl ChatCompletionBody {
                 format!("stop takes at most {MAX_STOPS} texts, none of them empty"),
             ));
         }
+        let any_object = || json!({"type": "object"});
+        let format = match self.response_format {
+            None | Some(ResponseFormat::Text) => ReplyFormat::Text,
+            Some(ResponseFormat::JsonObject) => ReplyFormat::JsonSchema(any_object()),
+            Some(ResponseFormat::JsonSchema { json_schema }) => {
+                ReplyFormat::JsonSchema(json_schema.schema.unwrap_or_else(any_object))
+            }
+        };
         let include_usage = self.stream_options.is_some_and(|o| o.include_usage);
         Ok((
             ChatRequest {
@@ -281,6 +312,7 @@ impl ChatCompletionBody {
                     .clamp(*limits.priorities.start(), *limits.priorities.end()),
                 session: None,
                 stop,
+                format,
             },
             include_usage,
         ))
