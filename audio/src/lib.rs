@@ -64,8 +64,14 @@ pub enum AudioError {
     Write { path: String, reason: String },
 }
 
-/// Reads a WAV file of any rate, channel count and sample format (8/16/24/32-bit integer
-/// or 32-bit float), mixed down to mono.
+/// The sample rates a WAV may declare: telephony's 8 kHz and below down to 1 kHz, studio
+/// rates up to 384 kHz. A header can claim any 32-bit rate, and resampling from billions of
+/// hertz asks for gigabytes.
+pub const WAV_RATES: std::ops::RangeInclusive<u32> = 1_000..=384_000;
+
+/// Reads a WAV file of any rate in [`WAV_RATES`], channel count and sample format
+/// (8/16/24/32-bit integer or 32-bit float), mixed down to mono. A WAV written as a stream
+/// (its data length left at 0xFFFFFFFF), or cut short, is read to the end of the file.
 pub fn read_wav(path: impl AsRef<Path>) -> Result<Audio, AudioError> {
     let path = path.as_ref();
     let shown = path.display().to_string();
@@ -73,10 +79,30 @@ pub fn read_wav(path: impl AsRef<Path>) -> Result<Audio, AudioError> {
         path: shown.clone(),
         reason,
     };
-    let reader = hound::WavReader::open(path).map_err(|e| not_wav(e.to_string()))?;
+    let bytes = std::fs::read(path).map_err(|e| not_wav(e.to_string()))?;
+    let reader = hound::WavReader::new(std::io::Cursor::new(data_to_end_of_file(bytes)))
+        .map_err(|e| not_wav(e.to_string()))?;
     let spec = reader.spec();
-    if spec.channels == 0 || spec.sample_rate == 0 {
-        return Err(not_wav("zero channels or zero sample rate".into()));
+    if spec.channels == 0 {
+        return Err(not_wav("zero channels".into()));
+    }
+    if !WAV_RATES.contains(&spec.sample_rate) {
+        return Err(not_wav(format!(
+            "a sample rate of {} Hz is outside {}-{} Hz",
+            spec.sample_rate,
+            WAV_RATES.start(),
+            WAV_RATES.end()
+        )));
+    }
+    let bits_served = match spec.sample_format {
+        hound::SampleFormat::Int => (1..=32).contains(&spec.bits_per_sample),
+        hound::SampleFormat::Float => spec.bits_per_sample == 32,
+    };
+    if !bits_served {
+        return Err(not_wav(format!(
+            "{} bits a sample of {:?} is not served",
+            spec.bits_per_sample, spec.sample_format
+        )));
     }
     let interleaved: Vec<f32> = match spec.sample_format {
         hound::SampleFormat::Float => reader
@@ -101,6 +127,39 @@ pub fn read_wav(path: impl AsRef<Path>) -> Result<Audio, AudioError> {
         .map(|frame| frame.iter().sum::<f32>() / channels as f32)
         .collect();
     Ok(Audio::new(samples, spec.sample_rate))
+}
+
+/// `bytes` of a RIFF WAVE file with its data chunk's length set to what the file holds
+/// (whole frames) when it declares 0xFFFFFFFF (a stream's header, written before its
+/// length was known) or more than the file holds. Anything else is returned as it is.
+fn data_to_end_of_file(mut bytes: Vec<u8>) -> Vec<u8> {
+    let u32_at = |b: &[u8], at: usize| u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+    if bytes.len() < 12 || &bytes[0..4] != b"RIFF" || &bytes[8..12] != b"WAVE" {
+        return bytes;
+    }
+    let (mut at, mut frame_bytes) = (12usize, None);
+    while at + 8 <= bytes.len() {
+        let (id, declared, body) = (&bytes[at..at + 4], u32_at(&bytes, at + 4), at + 8);
+        if id == b"fmt " && body + 14 <= bytes.len() {
+            frame_bytes = Some(u16::from_le_bytes([bytes[body + 12], bytes[body + 13]]).max(1));
+        }
+        if id == b"data" {
+            let present = bytes.len() - body;
+            if let (Some(frame), true) = (
+                frame_bytes,
+                declared == u32::MAX || declared as usize > present,
+            ) {
+                let whole = present - present % frame as usize;
+                let length = u32::try_from(whole).unwrap_or(u32::MAX - u32::MAX % frame as u32);
+                bytes[at + 4..at + 8].copy_from_slice(&length.to_le_bytes());
+                let riff = u32::try_from(body - 8 + length as usize).unwrap_or(u32::MAX);
+                bytes[4..8].copy_from_slice(&riff.to_le_bytes());
+            }
+            break;
+        }
+        at = body.saturating_add(declared as usize + (declared as usize & 1));
+    }
+    bytes
 }
 
 /// Writes mono 16-bit PCM.
@@ -245,6 +304,51 @@ mod tests {
             .map(|(a, b)| (a - b).abs())
             .fold(0.0, f32::max);
         assert!(err < 0.02, "max deviation {err}");
+    }
+
+    #[test]
+    fn hostile_or_streamed_wav_headers() {
+        let dir = std::env::temp_dir().join(format!("sublet-wav-headers-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("call.wav");
+        write_wav(&path, &Audio::new(vec![0.25; 1600], 16_000)).unwrap();
+        let plain = std::fs::read(&path).unwrap();
+        let with = |at: usize, value: &[u8]| {
+            let mut bytes = plain.clone();
+            bytes[at..at + value.len()].copy_from_slice(value);
+            std::fs::write(&path, &bytes).unwrap();
+            read_wav(&path)
+        };
+        // A consistent header (8-bit mono: a byte a frame) that claims 4,294,967,291 Hz is
+        // refused, not resampled.
+        let spec = hound::WavSpec {
+            channels: 1,
+            sample_rate: 16_000,
+            bits_per_sample: 8,
+            sample_format: hound::SampleFormat::Int,
+        };
+        let mut eight_bit = hound::WavWriter::create(&path, spec).unwrap();
+        (0..1600).for_each(|_| eight_bit.write_sample(32i8).unwrap());
+        eight_bit.finalize().unwrap();
+        let mut bytes = std::fs::read(&path).unwrap();
+        for at in [24, 28] {
+            bytes[at..at + 4].copy_from_slice(&4_294_967_291u32.to_le_bytes());
+        }
+        std::fs::write(&path, &bytes).unwrap();
+        let absurd = read_wav(&path).unwrap_err();
+        assert!(absurd.to_string().contains("4294967291 Hz"), "{absurd}");
+        std::fs::write(&path, &plain).unwrap();
+        // Bits a sample no integer path can scale.
+        assert!(with(34, &0u16.to_le_bytes()).is_err());
+        assert!(with(34, &65u16.to_le_bytes()).is_err());
+        // A stream's header: the data's length unknown, read to the end of the file.
+        let streamed = with(40, &u32::MAX.to_le_bytes()).unwrap();
+        assert_eq!((streamed.rate, streamed.samples.len()), (16_000, 1600));
+        assert!((streamed.samples[800] - 0.25).abs() < 1e-3);
+        // Cut short mid-frame: the whole frames that are there.
+        std::fs::write(&path, &plain[..plain.len() - 101]).unwrap();
+        assert_eq!(read_wav(&path).unwrap().samples.len(), 1600 - 51);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -45,3 +45,25 @@ fn a_corrupt_wav_is_refused() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_wav_claiming_an_absurd_rate_is_refused_at_once() {
+    // 8-bit mono, so the header is consistent (a byte a frame) at 4,294,967,291 Hz: read
+    // as it claims, resampling it to 16 kHz grew the process to 24 GB.
+    let rate = 4_294_967_291u32;
+    let frames = 16_000u32;
+    let mut bytes = b"RIFF".to_vec();
+    bytes.extend_from_slice(&(36 + frames).to_le_bytes());
+    bytes.extend_from_slice(b"WAVEfmt ");
+    bytes.extend_from_slice(&16u32.to_le_bytes());
+    bytes.extend_from_slice(&[1, 0, 1, 0]); // PCM, one channel
+    bytes.extend_from_slice(&rate.to_le_bytes());
+    bytes.extend_from_slice(&rate.to_le_bytes()); // bytes a second
+    bytes.extend_from_slice(&[1, 0, 8, 0]); // a byte a frame, 8 bits
+    bytes.extend_from_slice(b"data");
+    bytes.extend_from_slice(&frames.to_le_bytes());
+    bytes.extend(std::iter::repeat_n(128u8, frames as usize));
+    let (ok, stderr) = playback_on(&bytes, "absurd_rate.wav");
+    assert!(!ok);
+    assert!(stderr.contains("4294967291 Hz"), "{stderr}");
+}
