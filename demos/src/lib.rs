@@ -1,6 +1,6 @@
 //! What the demos share: how the engine's scheduler is chosen on the command line, loading
 //! the voice agent on it, serving the agents' API beside the calls, the progress they print
-//! as a call goes, and how they exit.
+//! and the timeline they keep as a call goes, and how they exit.
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -14,6 +14,9 @@ use sublet_engine::server::{router, serve, ConnectionLimits, Metrics, ServerConf
 use sublet_engine::{Engine, EngineConfig, AGENT_PRIORITY, VOICE_PRIORITY};
 use sublet_models::ModelCache;
 use sublet_turn_detect::TurnEvent;
+
+mod timeline;
+pub use timeline::{Recorded, TimelineFile};
 
 /// The engine's scheduler: mistral.rs's own (the default), or make-room's.
 #[derive(Args, Debug, Clone)]

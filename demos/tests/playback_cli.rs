@@ -67,3 +67,54 @@ fn a_wav_claiming_an_absurd_rate_is_refused_at_once() {
     assert!(!ok);
     assert!(stderr.contains("4294967291 Hz"), "{stderr}");
 }
+
+#[test]
+fn a_call_killed_midway_keeps_the_turns_answered_so_far() {
+    let call = sublet_models::ModelCache::from_env()
+        .call("three_turns.wav")
+        .expect("run `cargo xtask setup` for the test calls");
+    let dir = std::env::temp_dir().join(format!("sublet-killed-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let timeline = dir.join("turns.json");
+    // In real time, so the call is still going after its first answer.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_playback"))
+        .arg(&call)
+        .arg("--out")
+        .arg(dir.join("reply.wav"))
+        .arg("--timeline")
+        .arg(&timeline)
+        .arg("--realtime")
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let seen = loop {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(120),
+            "no turn answered"
+        );
+        let read: Option<serde_json::Value> = std::fs::read_to_string(&timeline)
+            .ok()
+            .and_then(|text| serde_json::from_str(&text).ok());
+        if let Some(seen) = read.filter(|t| t["turns"].as_array().is_some_and(|t| !t.is_empty())) {
+            break seen;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(seen["complete"], false, "{seen}");
+    // What the killed call left on disk: a whole timeline, the answered turns in it.
+    let left: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&timeline).unwrap()).unwrap();
+    assert_eq!(left["complete"], false, "{left}");
+    let turns = left["turns"].as_array().unwrap();
+    assert!(!turns.is_empty() && turns.len() < 3, "{left}");
+    assert!(
+        turns[0]["transcript"]
+            .as_str()
+            .is_some_and(|t| !t.is_empty()),
+        "{left}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

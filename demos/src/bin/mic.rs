@@ -23,7 +23,7 @@ use sublet_agent::{
     turn_table, CallObserver, Interruption, InterruptionOutcome, Playout, TurnRecord,
 };
 use sublet_audio::device::{device_names, open_microphone, open_speaker};
-use sublet_demos::{AgentArgs, SchedulerArgs};
+use sublet_demos::{AgentArgs, Recorded, SchedulerArgs, TimelineFile};
 use sublet_turn_detect::TurnEvent;
 
 #[derive(Parser, Debug)]
@@ -198,7 +198,21 @@ fn run(args: Args) -> Result<()> {
     let mut console = Console {
         started: Instant::now(),
     };
-    let turns = agent.answer_live(audio_in, &playout, &mut console)?;
+    // Kept current after every turn: an error or a kill loses none answered so far.
+    let mut timeline = match &args.timeline {
+        Some(path) => Some(TimelineFile::create(path, serde_json::Map::new())?),
+        None => None,
+    };
+    let turns = match timeline.as_mut() {
+        Some(timeline) => {
+            let mut recorded = Recorded {
+                inner: console,
+                timeline,
+            };
+            agent.answer_live(audio_in, &playout, &mut recorded)?
+        }
+        None => agent.answer_live(audio_in, &playout, &mut console)?,
+    };
     // Let the last reply finish playing.
     while playout.pending() {
         std::thread::sleep(Duration::from_millis(50));
@@ -206,10 +220,8 @@ fn run(args: Args) -> Result<()> {
     drop(microphone);
     drop(speaker);
     println!("{}", turn_table(&turns));
-    if let Some(path) = &args.timeline {
-        let timeline = serde_json::json!({ "turns": turns });
-        std::fs::write(path, serde_json::to_string_pretty(&timeline)? + "\n")
-            .with_context(|| format!("writing {}", path.display()))?;
+    if let Some(timeline) = timeline {
+        timeline.finish(serde_json::Map::new())?;
     }
     eprintln!("mic: {} turns", turns.len());
     Ok(())

@@ -8,10 +8,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::Parser;
 use sublet_agent::{turn_table, Pacing, STAGE_NAMES};
-use sublet_demos::{AgentArgs, Progress, SchedulerArgs};
+use sublet_demos::{AgentArgs, Progress, Recorded, SchedulerArgs, TimelineFile};
 
 /// Feed a recorded call (any WAV) through the voice pipeline and write the agent's replies.
 #[derive(Parser, Debug)]
@@ -65,11 +65,25 @@ fn run(args: Args) -> Result<()> {
         loading.elapsed().as_secs_f64()
     );
 
+    let pacing_name = if pacing == Pacing::Fast {
+        "fast"
+    } else {
+        "realtime"
+    };
+    let fields = serde_json::Map::from_iter([
+        ("call".to_string(), args.call.display().to_string().into()),
+        ("pacing".to_string(), pacing_name.into()),
+    ]);
+    // Kept current after every turn: an error or a kill loses none answered so far.
+    let mut timeline = TimelineFile::create(&args.timeline, fields)?;
     let outcome = agent.answer_recording(
         &call,
         pacing,
         args.rate.unwrap_or(call.rate),
-        &mut Progress::default(),
+        &mut Recorded {
+            inner: Progress::default(),
+            timeline: &mut timeline,
+        },
     )?;
     let mut reply = outcome.reply.audio;
     let call_len = (call.duration_s() * reply.rate as f64) as usize;
@@ -87,17 +101,10 @@ fn run(args: Args) -> Result<()> {
         m.insert("voice_to_voice".into(), v2v.into());
         m
     });
-    let timeline = serde_json::json!({
-        "call": args.call.display().to_string(),
-        "pacing": if pacing == Pacing::Fast { "fast" } else { "realtime" },
-        "turns": outcome.turns,
-        "median_stage_latency_s": medians,
-    });
-    std::fs::write(
-        &args.timeline,
-        serde_json::to_string_pretty(&timeline)? + "\n",
-    )
-    .with_context(|| format!("writing {}", args.timeline.display()))?;
+    timeline.finish(serde_json::Map::from_iter([(
+        "median_stage_latency_s".to_string(),
+        serde_json::to_value(medians)?,
+    )]))?;
 
     println!("{}", turn_table(&outcome.turns));
     eprintln!(
