@@ -49,7 +49,6 @@ pub enum ResponseFormat {
 #[derive(Debug, Deserialize)]
 pub struct JsonSchemaFormat {
     /// Required by OpenAI; unused here.
-    #[allow(dead_code)]
     pub name: String,
     pub schema: Option<Value>,
 }
