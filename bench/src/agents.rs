@@ -1,6 +1,7 @@
 //! Coding agents replayed against the engine's OpenAI-compatible API: each session a
 //! thread that resends its growing context, streams the answer, keeps it, and pauses as
-//! an agent running a tool would.
+//! an agent running a tool would. A session that ends before the round's window closes
+//! starts over as a new task (a fresh context), so the agents' load lasts the window.
 
 use std::io::{BufRead, BufReader};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -66,54 +67,95 @@ fn session(
     let url = format!("{base_url}/v1/chat/completions");
     // The round's own opening, so that no round finds another's prompts in the engine's
     // prefix cache: each pair's rounds must start from the same (cold) cache.
-    let mut messages = vec![json!({
-        "role": "system",
-        "content": format!("Round {round}. You are a coding agent. Continue the code you are given."),
-    })];
     let mut records = Vec::new();
-    for (i, call) in calls.iter().enumerate() {
-        let until = Instant::now() + Duration::from_secs_f64(call.pause_s);
-        while Instant::now() < until {
-            if stop.load(Ordering::Relaxed) {
-                return records;
-            }
-            std::thread::sleep(Duration::from_millis(50).min(until - Instant::now()));
-        }
+    for task in 0.. {
         if stop.load(Ordering::Relaxed) {
-            return records;
+            break;
         }
-        messages.push(json!({
-            "role": "user",
-            "content": filler(number * 1000 + i, call.context_tokens),
-        }));
-        let started = Instant::now();
-        let started_s = started.duration_since(round_start).as_secs_f64();
-        let body = json!({
-            "model": "sublet",
-            "messages": messages,
-            "max_tokens": call.output_tokens,
-            "stream": true,
-            "stream_options": {"include_usage": true},
-        });
-        let streamed = match agent.post(&url).send_json(body) {
-            Ok(response) => read_stream(response, started, round_start),
-            Err(e) => Streamed {
-                error: Some(e.to_string()),
-                ..Streamed::default()
-            },
+        // A new task opens with its own number, so it finds nothing of the last one cached.
+        let mut messages = vec![json!({
+            "role": "system",
+            "content": format!(
+                "Round {round}, task {task}. You are a coding agent. Continue the code you are given."
+            ),
+        })];
+        let to = Endpoint {
+            agent: &agent,
+            url: &url,
+            stop,
+            round_start,
         };
-        records.push(AgentCallRecord {
-            session: call.session.clone(),
-            started_s,
-            first_token_s: streamed.first_token_s,
-            ended_s: round_start.elapsed().as_secs_f64(),
-            output_tokens: streamed.tokens,
-            token_times_s: streamed.token_times_s,
-            error: streamed.error,
-        });
-        messages.push(json!({"role": "assistant", "content": streamed.text}));
+        to.task(number * 100 + task, calls, &mut messages, &mut records);
     }
     records
+}
+
+/// Where a session's calls go, and when they stop.
+struct Endpoint<'a> {
+    agent: &'a ureq::Agent,
+    url: &'a str,
+    stop: &'a AtomicBool,
+    round_start: Instant,
+}
+
+impl Endpoint<'_> {
+    /// One pass through a session's calls, as one task: returns early when `stop` is set.
+    fn task(
+        &self,
+        number: usize,
+        calls: &[AgentCall],
+        messages: &mut Vec<Value>,
+        records: &mut Vec<AgentCallRecord>,
+    ) {
+        let Self {
+            agent,
+            url,
+            stop,
+            round_start,
+        } = *self;
+        for (i, call) in calls.iter().enumerate() {
+            let until = Instant::now() + Duration::from_secs_f64(call.pause_s);
+            while Instant::now() < until {
+                if stop.load(Ordering::Relaxed) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50).min(until - Instant::now()));
+            }
+            if stop.load(Ordering::Relaxed) {
+                return;
+            }
+            messages.push(json!({
+                "role": "user",
+                "content": filler(number * 1000 + i, call.context_tokens),
+            }));
+            let started = Instant::now();
+            let started_s = started.duration_since(round_start).as_secs_f64();
+            let body = json!({
+                "model": "sublet",
+                "messages": messages,
+                "max_tokens": call.output_tokens,
+                "stream": true,
+                "stream_options": {"include_usage": true},
+            });
+            let streamed = match agent.post(url).send_json(body) {
+                Ok(response) => read_stream(response, started, round_start),
+                Err(e) => Streamed {
+                    error: Some(e.to_string()),
+                    ..Streamed::default()
+                },
+            };
+            records.push(AgentCallRecord {
+                session: call.session.clone(),
+                started_s,
+                first_token_s: streamed.first_token_s,
+                ended_s: round_start.elapsed().as_secs_f64(),
+                output_tokens: streamed.tokens,
+                token_times_s: streamed.token_times_s,
+                error: streamed.error,
+            });
+            messages.push(json!({"role": "assistant", "content": streamed.text}));
+        }
+    }
 }
 
 /// What a streamed completion brought.

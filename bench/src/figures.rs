@@ -32,9 +32,25 @@ pub struct Sample {
     pub hold_releases: u64,
     pub prefill_chunks: u64,
     pub hints_seen: u64,
+    /// Hints withdrawn before they ran, because their turn had come.
+    #[serde(default)]
+    pub hints_superseded: u64,
     /// Voice turns whose hold ended at their first sentence, before the token window's end.
     #[serde(default)]
     pub first_sentence_releases: u64,
+    /// Finished call turns whose KV was kept for the call's next turn.
+    #[serde(default)]
+    pub retained_turns: u64,
+    /// Steps the scheduler planned, and the time it spent deciding them, nanoseconds.
+    #[serde(default)]
+    pub steps: u64,
+    #[serde(default)]
+    pub schedule_ns: u64,
+}
+
+/// Callers in a round written before rounds recorded theirs (every such run had two).
+fn two_callers() -> usize {
+    2
 }
 
 /// One round's records: what every figure is computed from.
@@ -43,30 +59,49 @@ pub struct RoundRecord {
     pub condition: String,
     /// The agent sessions' seed (none: voice alone, or a trace file).
     pub seed: Option<u64>,
+    /// Callers at once.
+    #[serde(default = "two_callers")]
+    pub callers: usize,
+    /// How long callers and agents kept starting calls, seconds (0: the report's window).
+    #[serde(default)]
+    pub window_s: f64,
     pub duration_s: f64,
     pub turns: Vec<VoiceTurn>,
     pub agent_calls: Vec<AgentCallRecord>,
     pub samples: Vec<Sample>,
 }
 
-/// What the engine's samples show of a round's agent window.
+impl RoundRecord {
+    fn window_or(&self, default_s: f64) -> f64 {
+        if self.window_s > 0.0 {
+            self.window_s
+        } else {
+            default_s
+        }
+    }
+}
+
+/// What the engine's samples show of a round: KV use over the window, and what
+/// make-room's counters grew by over the whole round.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct KvFigures {
+pub struct EngineFigures {
     /// Share of the window's samples with KV at the budget: use ≥ [`AT_BUDGET_SHARE`] of
     /// it, or a request waiting because it does not fit.
     pub at_budget_share: f64,
     /// Mean KV use over the window, as a share of the budget.
     pub mean_use: f64,
-    /// What make-room's counters grew by during the round.
     pub kv_preemptions: u64,
     pub growth_preemptions: u64,
     pub held_request_steps: u64,
-    #[serde(default)]
     pub hold_releases: u64,
     pub prefill_chunks: u64,
     pub hints_seen: u64,
-    #[serde(default)]
+    pub hints_superseded: u64,
     pub first_sentence_releases: u64,
+    pub retained_turns: u64,
+    pub steps: u64,
+    /// The scheduler's own time per step it planned, microseconds.
+    pub scheduler_us_per_step: f64,
 }
 
 /// One round's figures.
@@ -74,61 +109,139 @@ pub struct KvFigures {
 pub struct RoundFigures {
     pub condition: String,
     pub seed: Option<u64>,
+    pub callers: usize,
     pub summary: Summary,
-    pub kv: KvFigures,
+    pub engine: EngineFigures,
 }
 
-/// A pair of neighbouring rounds with the same seed, make-room off and on (in either order).
+/// A pair of neighbouring rounds with the same seed and callers, make-room off and on (in
+/// either order).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PairRatios {
     pub seed: Option<u64>,
+    pub callers: usize,
     /// p95 voice to voice without make-room over with it (higher: make-room helps more).
     pub p95_voice_to_voice_off_over_on: f64,
     /// The agents' output-token throughput with make-room over without it.
     pub agent_throughput_on_over_off: f64,
+    /// The agents' p95 time to first token with make-room over without it.
+    pub agent_first_token_p95_on_over_off: f64,
 }
 
-/// All the rounds of one condition together.
+/// All the rounds of one condition with the same callers together.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ConditionFigures {
     pub condition: String,
+    pub callers: usize,
     pub rounds: usize,
     /// The rounds' turns and agent calls pooled; the agents' throughput is per second of
     /// all the rounds' windows together.
     pub summary: Summary,
     /// Mean of the rounds' shares.
     pub kv_at_budget_share: f64,
+    /// KV preemptions in all the rounds, and how many rounds had at least one.
+    pub kv_preemptions: u64,
+    pub rounds_with_kv_preemption: usize,
+    /// The scheduler's time per step over all the rounds' steps, microseconds.
+    pub scheduler_us_per_step: f64,
     /// Each stage's mean over the answered turns (end of turn, transcript, first token,
     /// first sentence, first audio), seconds.
     pub stage_means_s: [f64; 5],
 }
 
-/// Every figure of a report.
+/// The SLO the voice-alone rounds with one number of callers set.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Figures {
-    /// The voice-alone rounds' p95 voice to voice plus a quarter second.
+pub struct Slo {
+    pub callers: usize,
+    /// Their p95 voice to voice plus a quarter second.
     pub slo_s: f64,
+    /// The voice-alone turns it rests on.
+    pub turns: usize,
+}
+
+/// Every figure of a report.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Figures {
+    /// One SLO per number of callers: rounds are held to the one of their callers (to
+    /// every voice-alone turn's, for a count with no voice-alone round).
+    pub slos: Vec<Slo>,
     pub rounds: Vec<RoundFigures>,
     pub conditions: Vec<ConditionFigures>,
     pub pairs: Vec<PairRatios>,
 }
 
-/// The figures of `rounds`, whose agents ran for `window_s` seconds each.
+impl Figures {
+    /// The SLO rounds with `callers` callers are held to.
+    pub fn slo_for(&self, callers: usize) -> f64 {
+        self.slos
+            .iter()
+            .find(|s| s.callers == callers)
+            .map_or(0.0, |s| s.slo_s)
+    }
+
+    /// The pooled figures of `condition` with `callers` callers.
+    pub fn condition(&self, condition: &str, callers: usize) -> Option<&ConditionFigures> {
+        self.conditions
+            .iter()
+            .find(|c| c.condition == condition && c.callers == callers)
+    }
+
+    /// Every number of callers the rounds ran with, fewest first.
+    pub fn caller_counts(&self) -> Vec<usize> {
+        let mut counts: Vec<usize> = self.rounds.iter().map(|r| r.callers).collect();
+        counts.sort_unstable();
+        counts.dedup();
+        counts
+    }
+}
+
+/// The figures of `rounds`; a round that did not record its window ran for `window_s`.
 pub fn figures(rounds: &[RoundRecord], window_s: f64) -> Figures {
-    let voice_alone: Vec<VoiceTurn> = of_condition(rounds, VOICE_ALONE)
-        .flat_map(|r| r.turns.iter().cloned())
+    let mut caller_counts: Vec<usize> = rounds.iter().map(|r| r.callers).collect();
+    caller_counts.sort_unstable();
+    caller_counts.dedup();
+    let voice_alone_turns = |callers: Option<usize>| -> Vec<VoiceTurn> {
+        rounds
+            .iter()
+            .filter(|r| r.condition == VOICE_ALONE && callers.is_none_or(|c| r.callers == c))
+            .flat_map(|r| r.turns.iter().cloned())
+            .collect()
+    };
+    let slos: Vec<Slo> = caller_counts
+        .iter()
+        .map(|&callers| {
+            let mut turns = voice_alone_turns(Some(callers));
+            if turns.is_empty() {
+                turns = voice_alone_turns(None);
+            }
+            Slo {
+                callers,
+                slo_s: slo_from_voice_alone(&turns),
+                turns: turns.len(),
+            }
+        })
         .collect();
-    let slo_s = slo_from_voice_alone(&voice_alone);
+    let slo_for = |callers: usize| {
+        slos.iter()
+            .find(|s| s.callers == callers)
+            .map_or(0.0, |s| s.slo_s)
+    };
     let round_figures: Vec<RoundFigures> = rounds
         .iter()
         .map(|r| RoundFigures {
             condition: r.condition.clone(),
             seed: r.seed,
-            summary: summarize(&r.turns, &r.agent_calls, window_s, slo_s),
-            kv: kv_figures(&r.samples, window_s),
+            callers: r.callers,
+            summary: summarize(
+                &r.turns,
+                &r.agent_calls,
+                r.window_or(window_s),
+                slo_for(r.callers),
+            ),
+            engine: engine_figures(&r.samples, r.window_or(window_s)),
         })
         .collect();
-    // Neighbouring rounds with the same seed, one off and one on, in either order.
+    // Neighbouring rounds with the same seed and callers, one off and one on, either order.
     let pairs = round_figures
         .windows(2)
         .filter_map(|p| {
@@ -137,57 +250,79 @@ pub fn figures(rounds: &[RoundRecord], window_s: f64) -> Figures {
                 (MAKE_ROOM_ON, MAKE_ROOM_OFF) => (&p[1], &p[0]),
                 _ => return None,
             };
-            (off.seed == on.seed).then(|| PairRatios {
+            (off.seed == on.seed && off.callers == on.callers).then(|| PairRatios {
                 seed: off.seed,
+                callers: off.callers,
                 p95_voice_to_voice_off_over_on: off.summary.voice_to_voice_p95_s
                     / on.summary.voice_to_voice_p95_s.max(1e-9),
                 agent_throughput_on_over_off: on.summary.agent_tokens_per_s
                     / off.summary.agent_tokens_per_s.max(1e-9),
+                agent_first_token_p95_on_over_off: on.summary.agent_first_token_p95_s
+                    / off.summary.agent_first_token_p95_s.max(1e-9),
             })
         })
         .collect();
-    let conditions = [VOICE_ALONE, MAKE_ROOM_OFF, MAKE_ROOM_ON]
-        .into_iter()
-        .filter_map(|condition| {
-            let of: Vec<&RoundRecord> = of_condition(rounds, condition).collect();
-            let (first, n) = (of.first()?, of.len());
-            let turns: Vec<VoiceTurn> = of.iter().flat_map(|r| r.turns.clone()).collect();
-            let calls: Vec<AgentCallRecord> =
-                of.iter().flat_map(|r| r.agent_calls.clone()).collect();
-            let mut summary = summarize(&turns, &calls, window_s, slo_s);
-            // Each round's calls count their own window's tokens; n windows in all.
-            summary.agent_tokens_per_s /= n as f64;
-            let shares: f64 = round_figures
+    let conditions = caller_counts
+        .iter()
+        .flat_map(|&callers| {
+            [VOICE_ALONE, MAKE_ROOM_OFF, MAKE_ROOM_ON].map(move |condition| (condition, callers))
+        })
+        .filter_map(|(condition, callers)| {
+            let of: Vec<(&RoundRecord, &RoundFigures)> = rounds
                 .iter()
-                .filter(|f| f.condition == first.condition)
-                .map(|f| f.kv.at_budget_share)
+                .zip(&round_figures)
+                .filter(|(r, _)| r.condition == condition && r.callers == callers)
+                .collect();
+            if of.is_empty() {
+                return None;
+            }
+            let n = of.len();
+            let turns: Vec<VoiceTurn> = of.iter().flat_map(|(r, _)| r.turns.clone()).collect();
+            // Each round's calls count their own window's tokens, per second of all the
+            // windows together.
+            let windows_s: f64 = of.iter().map(|(r, _)| r.window_or(window_s)).sum();
+            let tokens: usize = of
+                .iter()
+                .map(|(r, _)| {
+                    r.agent_calls
+                        .iter()
+                        .map(|a| a.tokens_by(r.window_or(window_s)))
+                        .sum::<usize>()
+                })
+                .sum();
+            let calls: Vec<AgentCallRecord> =
+                of.iter().flat_map(|(r, _)| r.agent_calls.clone()).collect();
+            let mut summary = summarize(&turns, &calls, f64::INFINITY, slo_for(callers));
+            summary.agent_output_tokens = tokens;
+            summary.agent_tokens_per_s = tokens as f64 / windows_s.max(1e-9);
+            let engines = || of.iter().map(|(_, f)| &f.engine);
+            let steps: u64 = engines().map(|e| e.steps).sum();
+            let schedule_us: f64 = engines()
+                .map(|e| e.scheduler_us_per_step * e.steps as f64)
                 .sum();
             Some(ConditionFigures {
                 condition: condition.to_owned(),
+                callers,
                 rounds: n,
                 summary,
-                kv_at_budget_share: shares / n as f64,
+                kv_at_budget_share: engines().map(|e| e.at_budget_share).sum::<f64>() / n as f64,
+                kv_preemptions: engines().map(|e| e.kv_preemptions).sum(),
+                rounds_with_kv_preemption: engines().filter(|e| e.kv_preemptions > 0).count(),
+                scheduler_us_per_step: schedule_us / steps.max(1) as f64,
                 stage_means_s: stage_means(&turns),
             })
         })
         .collect();
     Figures {
-        slo_s,
+        slos,
         rounds: round_figures,
         conditions,
         pairs,
     }
 }
 
-fn of_condition<'a>(
-    rounds: &'a [RoundRecord],
-    condition: &'a str,
-) -> impl Iterator<Item = &'a RoundRecord> + 'a {
-    rounds.iter().filter(move |r| r.condition == condition)
-}
-
-/// KV use over the agents' window, and what the counters grew by over the whole round.
-pub fn kv_figures(samples: &[Sample], window_s: f64) -> KvFigures {
+/// KV use over the round's window, and what the counters grew by over the whole round.
+pub fn engine_figures(samples: &[Sample], window_s: f64) -> EngineFigures {
     let in_window: Vec<&Sample> = samples.iter().filter(|s| s.t_s <= window_s).collect();
     let use_of = |s: &Sample| s.kv_used_tokens as f64 / s.kv_budget_tokens.max(1) as f64;
     let n = in_window.len().max(1) as f64;
@@ -195,7 +330,8 @@ pub fn kv_figures(samples: &[Sample], window_s: f64) -> KvFigures {
         (Some(first), Some(last)) => f(last) - f(first),
         _ => 0,
     };
-    KvFigures {
+    let steps = grew(|s| s.steps);
+    EngineFigures {
         at_budget_share: in_window
             .iter()
             .filter(|s| use_of(s) >= AT_BUDGET_SHARE || s.waiting > 0)
@@ -208,7 +344,11 @@ pub fn kv_figures(samples: &[Sample], window_s: f64) -> KvFigures {
         hold_releases: grew(|s| s.hold_releases),
         prefill_chunks: grew(|s| s.prefill_chunks),
         hints_seen: grew(|s| s.hints_seen),
+        hints_superseded: grew(|s| s.hints_superseded),
         first_sentence_releases: grew(|s| s.first_sentence_releases),
+        retained_turns: grew(|s| s.retained_turns),
+        steps,
+        scheduler_us_per_step: grew(|s| s.schedule_ns) as f64 / 1000.0 / steps.max(1) as f64,
     }
 }
 
@@ -252,7 +392,11 @@ mod tests {
             hold_releases: 0,
             prefill_chunks: 0,
             hints_seen: 0,
+            hints_superseded: 0,
             first_sentence_releases: 0,
+            retained_turns: 0,
+            steps: held * 10,
+            schedule_ns: held * 10 * 40_000,
         }
     }
 
@@ -260,6 +404,8 @@ mod tests {
         RoundRecord {
             condition: condition.into(),
             seed,
+            callers: 2,
+            window_s: 0.0,
             duration_s: 12.0,
             turns: v2v.iter().map(|v| turn(*v)).collect(),
             agent_calls: vec![AgentCallRecord {
@@ -292,21 +438,63 @@ mod tests {
             round(MAKE_ROOM_OFF, Some(2), &[8.0, 6.0], 100),
         ];
         let figures = figures(&rounds, 10.0);
-        assert_eq!(figures.slo_s, 3.25);
+        assert_eq!(figures.slo_for(2), 3.25);
+        assert_eq!(figures.slos.len(), 1);
         assert_eq!(figures.pairs.len(), 2);
         assert_eq!(figures.pairs[0].p95_voice_to_voice_off_over_on, 5.0);
         assert!((figures.pairs[1].agent_throughput_on_over_off - 0.8).abs() < 1e-12);
-        let on = &figures.conditions[2];
+        let on = figures.condition(MAKE_ROOM_ON, 2).unwrap();
         assert_eq!((on.condition.as_str(), on.rounds), (MAKE_ROOM_ON, 2));
         assert_eq!(on.summary.turns, 4);
         assert_eq!(on.summary.over_slo, 1);
         assert!((on.summary.agent_tokens_per_s - 8.5).abs() < 1e-12);
         // At the budget: 95% used, or a request waiting for room. Samples after the 10 s
         // window do not count toward KV use; counters span the round.
-        let kv = &figures.rounds[1].kv;
-        assert_eq!((kv.at_budget_share, kv.held_request_steps), (0.5, 10));
-        assert!((kv.mean_use - 0.6125).abs() < 1e-12);
+        let engine = &figures.rounds[1].engine;
+        assert_eq!(
+            (engine.at_budget_share, engine.held_request_steps),
+            (0.5, 10)
+        );
+        assert!((engine.mean_use - 0.6125).abs() < 1e-12);
+        // 100 steps at 40 µs each.
+        assert!((engine.scheduler_us_per_step - 40.0).abs() < 1e-9);
+        assert!((on.scheduler_us_per_step - 40.0).abs() < 1e-9);
         assert!((on.stage_means_s[4] - 1.3).abs() < 1e-12);
+    }
+
+    #[test]
+    fn each_number_of_callers_has_its_own_slo_pairs_and_conditions() {
+        let with = |callers, mut r: RoundRecord| {
+            r.callers = callers;
+            r
+        };
+        let rounds = vec![
+            with(2, round(VOICE_ALONE, None, &[1.0, 2.0], 0)),
+            with(4, round(VOICE_ALONE, None, &[3.0, 4.0], 0)),
+            with(2, round(MAKE_ROOM_OFF, Some(1), &[10.0], 100)),
+            with(2, round(MAKE_ROOM_ON, Some(1), &[3.0], 100)),
+            // Same seed, other callers: not a pair.
+            with(4, round(MAKE_ROOM_ON, Some(1), &[3.0], 100)),
+            with(4, round(MAKE_ROOM_OFF, Some(2), &[12.0], 100)),
+            with(4, round(MAKE_ROOM_ON, Some(2), &[4.0], 100)),
+        ];
+        let figures = figures(&rounds, 10.0);
+        assert_eq!((figures.slo_for(2), figures.slo_for(4)), (2.25, 4.25));
+        assert_eq!(figures.caller_counts(), vec![2, 4]);
+        // The 2-caller turn of 3 s is over its SLO; the 4-caller turns of 3 and 4 s are not.
+        assert_eq!(
+            figures.condition(MAKE_ROOM_ON, 2).unwrap().summary.over_slo,
+            1
+        );
+        assert_eq!(
+            figures.condition(MAKE_ROOM_ON, 4).unwrap().summary.over_slo,
+            0
+        );
+        assert_eq!(figures.condition(MAKE_ROOM_ON, 4).unwrap().rounds, 2);
+        let pairs: Vec<(usize, Option<u64>)> =
+            figures.pairs.iter().map(|p| (p.callers, p.seed)).collect();
+        assert_eq!(pairs, vec![(2, Some(1)), (4, Some(2))]);
+        assert_eq!(figures.conditions.len(), 6);
     }
 
     #[test]

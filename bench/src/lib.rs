@@ -3,20 +3,24 @@
 //! make-room off and on, and the figures that compare them.
 //!
 //! - [`trace`]: the agent-session trace format (JSONL) and a seeded generator (pure);
+//!   [`mooncake`]: the Mooncake-style trace AIPerf replays, to and from it (pure);
 //! - [`stats`]: percentiles and each condition's summary, from per-turn and per-call
 //!   records only (pure);
 //! - [`figures`]: every figure of a report, from its rounds' records only (pure);
 //! - [`report`]: the run as `summary.json` and `report.md`; [`plots`]: its SVG plots;
-//! - [`agents`]: the replayer that drives the API as coding agents do;
+//! - [`agents`]: the replayer that drives the API as coding agents do; [`aiperf`]: AIPerf
+//!   driving it instead, its records read back as the round's agent calls;
 //! - [`engine_speed`]: the engine's own speed (`engine-bench`), beside llama.cpp's;
 //! - [`test_callers`]: the latency benchmark's scripted calls in several voices, with
 //!   mid-sentence pauses; [`latency`]: its figures (pure); [`room_calls`]: its calls
 //!   through a LiveKit room, LiveKit's official client as the caller.
 
 pub mod agents;
+pub mod aiperf;
 pub mod engine_speed;
 pub mod figures;
 pub mod latency;
+pub mod mooncake;
 pub mod plots;
 pub mod report;
 pub mod room_calls;

@@ -77,25 +77,32 @@ fn finish<'a, 'b>(
     root.present().map_err(failed)
 }
 
-/// The share of turns answered within each time, one line per condition.
+/// The share of turns answered within each time, one line per condition and number of
+/// callers (the more callers, the fainter).
 fn voice_to_voice_cdf(report: &BenchReport, path: &Path) -> Result<()> {
-    let series: Vec<(&str, Vec<f64>)> = [VOICE_ALONE, MAKE_ROOM_OFF, MAKE_ROOM_ON]
-        .into_iter()
-        .map(|condition| {
+    let counts = report.figures.caller_counts();
+    let series: Vec<(String, RGBAColor, Vec<f64>)> = counts
+        .iter()
+        .enumerate()
+        .flat_map(|(k, &callers)| {
+            [VOICE_ALONE, MAKE_ROOM_OFF, MAKE_ROOM_ON].map(move |c| (k, callers, c))
+        })
+        .map(|(k, callers, condition)| {
             let mut values: Vec<f64> = report
                 .rounds
                 .iter()
-                .filter(|r| r.condition == condition)
+                .filter(|r| r.condition == condition && r.callers == callers)
                 .flat_map(|r| r.turns.iter().map(|t| t.scored_s()))
                 .collect();
             values.sort_by(f64::total_cmp);
-            (condition, values)
+            let color = color_of(condition).mix(1.0 - 0.45 * k as f64 / counts.len() as f64);
+            (format!("{condition}, {callers} callers"), color, values)
         })
-        .filter(|(_, values)| !values.is_empty())
+        .filter(|(_, _, values)| !values.is_empty())
         .collect();
     let x_max = series
         .iter()
-        .flat_map(|(_, v)| v.last())
+        .flat_map(|(_, _, v)| v.last())
         .fold(1.0f64, |a, b| a.max(*b))
         * 1.05;
     let root = SVGBackend::new(path, SIZE).into_drawing_area();
@@ -106,17 +113,19 @@ fn voice_to_voice_cdf(report: &BenchReport, path: &Path) -> Result<()> {
         .y_desc("share of turns")
         .draw()
         .map_err(failed)?;
-    let slo = report.figures.slo_s;
-    chart
-        .draw_series(LineSeries::new(
-            [(slo, 0.0), (slo, 1.02)],
-            BLACK.mix(0.4).stroke_width(1),
-        ))
-        .map_err(failed)?
-        .label(format!("SLO {slo:.2} s"))
-        .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], BLACK.mix(0.4)));
-    for (condition, values) in &series {
-        let color = color_of(condition);
+    for slo in &report.figures.slos {
+        let (at, callers) = (slo.slo_s, slo.callers);
+        chart
+            .draw_series(LineSeries::new(
+                [(at, 0.0), (at, 1.02)],
+                BLACK.mix(0.4).stroke_width(1),
+            ))
+            .map_err(failed)?
+            .label(format!("SLO {at:.2} s, {callers} callers"))
+            .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], BLACK.mix(0.4)));
+    }
+    for (name, color, values) in &series {
+        let color = *color;
         let n = values.len() as f64;
         let mut steps = vec![(0.0, 0.0)];
         for (k, v) in values.iter().enumerate() {
@@ -127,7 +136,7 @@ fn voice_to_voice_cdf(report: &BenchReport, path: &Path) -> Result<()> {
         chart
             .draw_series(LineSeries::new(steps, color.stroke_width(2)))
             .map_err(failed)?
-            .label(format!("{condition} ({} turns)", values.len()))
+            .label(format!("{name} ({} turns)", values.len()))
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(2)));
     }
     finish(chart, &root, SeriesLabelPosition::LowerRight)
@@ -141,7 +150,10 @@ fn stages(report: &BenchReport, path: &Path) -> Result<()> {
         .map(|c| c.stage_means_s.iter().sum::<f64>())
         .fold(1.0f64, f64::max);
     let root = SVGBackend::new(path, SIZE).into_drawing_area();
-    let names: Vec<String> = conditions.iter().map(|c| c.condition.clone()).collect();
+    let names: Vec<String> = conditions
+        .iter()
+        .map(|c| format!("{}, {}", c.condition, c.callers))
+        .collect();
     let bars = conditions.len().max(1) as f64;
     let mut chart = chart(&root, PLOTS[1].0, 0f64..longest * 1.05, 0f64..bars, 120)?;
     chart
@@ -214,7 +226,12 @@ fn kv_use(rounds: &[RoundRecord], path: &Path) -> Result<()> {
         chart
             .draw_series(LineSeries::new(points, style))
             .map_err(failed)?
-            .label(format!("round {}: {}", n + 1, round.condition))
+            .label(format!(
+                "round {}: {}, {} callers",
+                n + 1,
+                round.condition,
+                round.callers
+            ))
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], style));
     }
     finish(chart, &root, SeriesLabelPosition::LowerRight)

@@ -4,13 +4,14 @@
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, Result};
 use serde_json::Value;
 use sublet_agent::{AgentConfig, CallObserver, Pacing, TurnRecord, VoiceAgent};
 use sublet_models::ModelCache;
 
+use crate::aiperf::AiPerf;
 use crate::figures::{RoundRecord, Sample};
 use crate::stats::VoiceTurn;
 use crate::{agents, trace};
@@ -37,6 +38,8 @@ pub struct RoundPlan<'a> {
     pub index: usize,
     /// Callers replay the recordings back to back until the window closes, not once.
     pub fill_window: bool,
+    /// AIPerf drives the sessions instead of the bench's own replayer.
+    pub aiperf: Option<&'a AiPerf>,
 }
 
 /// Calls start this far apart.
@@ -83,9 +86,21 @@ pub fn run_round(plan: &RoundPlan) -> Result<RoundRecord> {
         seed,
         index: round,
         fill_window,
+        aiperf,
     } = *plan;
     let engine = &*agent.engine;
+    // AIPerf takes seconds to start: the round's clock starts with its first request.
+    let aiperf = match aiperf {
+        Some(aiperf) if !sessions.is_empty() => {
+            Some(aiperf.start(base_url, sessions, limit, round, || {
+                let state = engine.scheduler_state();
+                state.running + state.waiting > 0
+            })?)
+        }
+        _ => None,
+    };
     let round_start = Instant::now();
+    let round_start_unix = SystemTime::now();
     let stop = AtomicBool::new(false);
     let calls_done = AtomicBool::new(false);
     let answered = AtomicUsize::new(0);
@@ -107,7 +122,11 @@ pub fn run_round(plan: &RoundPlan) -> Result<RoundRecord> {
                     hold_releases: state.counters.hold_releases,
                     prefill_chunks: state.counters.prefill_chunks,
                     hints_seen: state.counters.hints_seen,
+                    hints_superseded: state.counters.hints_superseded,
                     first_sentence_releases: state.counters.first_sentence_releases,
+                    retained_turns: state.counters.retained_turns,
+                    steps: state.counters.steps,
+                    schedule_ns: state.schedule_ns,
                 });
                 let taken = samples.lock().unwrap().len();
                 if taken % PROGRESS_EVERY_SAMPLES == 0 {
@@ -124,8 +143,13 @@ pub fn run_round(plan: &RoundPlan) -> Result<RoundRecord> {
                 std::thread::sleep(SAMPLE_EVERY);
             }
         });
-        let replayer = (!sessions.is_empty())
-            .then(|| scope.spawn(|| agents::replay(base_url, sessions, &stop, round_start, round)));
+        let stop = &stop;
+        let replayer = (!sessions.is_empty()).then(|| {
+            scope.spawn(move || match aiperf {
+                Some(running) => running.finish(stop, round_start, round_start_unix),
+                None => Ok(agents::replay(base_url, sessions, stop, round_start, round)),
+            })
+        });
         // Each caller replays one recording, or (`fill_window`) the recordings back to back
         // from its own until the window closes; agents and callers stop starting calls
         // when it closes, and the calls in progress run to their end.
@@ -180,14 +204,19 @@ pub fn run_round(plan: &RoundPlan) -> Result<RoundRecord> {
         }
         stop.store(true, Ordering::Relaxed);
         calls_done.store(true, Ordering::Relaxed);
-        let agent_calls = replayer
-            .map(|r| r.join().unwrap_or_default())
-            .unwrap_or_default();
+        let agent_calls = match replayer {
+            Some(r) => r
+                .join()
+                .map_err(|_| anyhow::anyhow!("the agents' driver panicked"))??,
+            None => Vec::new(),
+        };
         Ok((turns, agent_calls))
     })?;
     Ok(RoundRecord {
         condition: condition.to_owned(),
         seed,
+        callers: calls,
+        window_s: limit.as_secs_f64(),
         duration_s: round_start.elapsed().as_secs_f64(),
         turns,
         agent_calls,

@@ -1,6 +1,8 @@
 //! The figures, from per-turn and per-call records only, so that every number in a report
 //! can be traced back to the turns and calls it summarizes.
 
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 /// What a turn that failed, was refused or timed out counts as, in seconds; a reply
@@ -80,6 +82,9 @@ pub struct Summary {
     pub failed_turns: usize,
     pub voice_to_voice_p50_s: f64,
     pub voice_to_voice_p95_s: f64,
+    /// A bootstrap 95% interval on that p95 (see [`bootstrap_p95_interval`]).
+    #[serde(default)]
+    pub voice_to_voice_p95_interval_s: [f64; 2],
     pub voice_to_voice_max_s: f64,
     pub first_token_p50_s: f64,
     pub first_token_p95_s: f64,
@@ -87,6 +92,9 @@ pub struct Summary {
     pub first_sentence_p95_s: f64,
     /// Replies slower than the SLO (failed turns included).
     pub over_slo: usize,
+    /// The same, as a share of the turns.
+    #[serde(default)]
+    pub over_slo_share: f64,
     pub agent_calls: usize,
     pub agent_errors: usize,
     /// Output tokens that arrived within the window.
@@ -119,12 +127,15 @@ pub fn summarize(
             .count(),
         voice_to_voice_p50_s: percentile(&scored, 50.0),
         voice_to_voice_p95_s: percentile(&scored, 95.0),
+        voice_to_voice_p95_interval_s: bootstrap_p95_interval(&scored),
         voice_to_voice_max_s: scored.iter().copied().fold(0.0, f64::max),
         first_token_p50_s: percentile(&first_token, 50.0),
         first_token_p95_s: percentile(&first_token, 95.0),
         first_sentence_p50_s: percentile(&first_sentence, 50.0),
         first_sentence_p95_s: percentile(&first_sentence, 95.0),
         over_slo: scored.iter().filter(|s| **s > slo_s).count(),
+        over_slo_share: scored.iter().filter(|s| **s > slo_s).count() as f64
+            / scored.len().max(1) as f64,
         agent_calls: agents.len(),
         agent_errors: agents.iter().filter(|a| a.error.is_some()).count(),
         agent_output_tokens,
@@ -135,6 +146,32 @@ pub fn summarize(
         },
         agent_first_token_p95_s: percentile(&agent_first_token, 95.0),
     }
+}
+
+/// Resamples a bootstrap interval draws: enough that the interval's ends move by less
+/// than the turns' own spacing from one seed to another.
+pub const BOOTSTRAP_RESAMPLES: usize = 2000;
+
+/// A percentile bootstrap 95% interval on the nearest-rank p95 of `values`: the 2.5th and
+/// 97.5th percentiles of the p95s of [`BOOTSTRAP_RESAMPLES`] resamples drawn with
+/// replacement. The generator's seed is fixed, so a report's interval can be recomputed
+/// exactly from its records. With few values the interval is wide, which is its point: a
+/// p95 of twelve turns is their slowest.
+pub fn bootstrap_p95_interval(values: &[f64]) -> [f64; 2] {
+    if values.is_empty() {
+        return [0.0, 0.0];
+    }
+    let mut rng = StdRng::seed_from_u64(0x5eed_b007);
+    let mut resample = vec![0.0; values.len()];
+    let p95s: Vec<f64> = (0..BOOTSTRAP_RESAMPLES)
+        .map(|_| {
+            for v in resample.iter_mut() {
+                *v = values[rng.random_range(0..values.len())];
+            }
+            percentile(&resample, 95.0)
+        })
+        .collect();
+    [percentile(&p95s, 2.5), percentile(&p95s, 97.5)]
 }
 
 /// The SLO a voice-alone round sets: its p95 voice to voice plus a quarter second.
@@ -190,9 +227,24 @@ mod tests {
         assert_eq!(summary.voice_to_voice_max_s, FAILED_TURN_S);
         assert_eq!(summary.voice_to_voice_p50_s, 2.0);
         assert_eq!(summary.over_slo, 2);
+        assert_eq!(summary.over_slo_share, 0.5);
         assert_eq!(summary.agent_tokens_per_s, 4.0);
         assert_eq!(summary.first_token_p95_s, 95.0 / 4.0);
         assert_eq!(slo_from_voice_alone(&turns[..2]), 2.25);
+    }
+
+    #[test]
+    fn the_p95_interval_holds_the_p95_and_narrows_with_more_turns() {
+        let few: Vec<f64> = (1..=12).map(f64::from).collect();
+        let [lo, hi] = bootstrap_p95_interval(&few);
+        assert!(lo <= percentile(&few, 95.0) && percentile(&few, 95.0) <= hi);
+        assert_eq!(hi, 12.0);
+        // The same values four times over: the same p95, a narrower interval.
+        let many: Vec<f64> = (0..4).flat_map(|_| few.clone()).collect();
+        let [lo4, hi4] = bootstrap_p95_interval(&many);
+        assert!(hi4 - lo4 < hi - lo, "{lo4}..{hi4} against {lo}..{hi}");
+        assert_eq!(bootstrap_p95_interval(&few), [lo, hi], "a fixed seed");
+        assert_eq!(bootstrap_p95_interval(&[]), [0.0, 0.0]);
     }
 
     #[test]

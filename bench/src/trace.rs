@@ -75,8 +75,10 @@ pub fn sessions(calls: &[AgentCall]) -> Vec<Vec<AgentCall>> {
 }
 
 /// The shape of generated sessions. The defaults are scaled to this project's CPU engine
-/// and small model: six sessions whose first contexts together already outgrow a
-/// 4,096-token KV budget, with prompts long enough that prefill is in most steps.
+/// and small model: twelve sessions whose first contexts together outgrow a 4,096-token
+/// KV budget three times over, each growing to nearly the whole budget by its last call
+/// (so that the agents' KV fills the budget and a voice turn must take room), with
+/// prompts long enough that prefill is in most steps.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GeneratorConfig {
     pub sessions: usize,
@@ -98,15 +100,15 @@ pub struct GeneratorConfig {
 impl Default for GeneratorConfig {
     fn default() -> Self {
         Self {
-            sessions: 6,
+            sessions: 12,
             calls_per_session: 6,
-            first_context: (800, 1300),
+            first_context: (1000, 1800),
             growth: (80, 250),
             short_output: (16, 48),
             long_output: (96, 160),
             long_output_share: 0.3,
             pause_s: (0.5, 3.0),
-            stagger_s: 4.0,
+            stagger_s: 6.0,
         }
     }
 }
@@ -153,12 +155,13 @@ mod tests {
 
     #[test]
     fn a_trace_round_trips_and_groups_by_session() {
-        let calls = generate(7, &GeneratorConfig::default());
-        assert_eq!(calls.len(), 36);
+        let config = GeneratorConfig::default();
+        let calls = generate(7, &config);
+        assert_eq!(calls.len(), config.sessions * config.calls_per_session);
         assert_eq!(parse(&to_jsonl(&calls)).unwrap(), calls);
         let sessions = sessions(&calls);
-        assert_eq!(sessions.len(), 6);
-        assert!(sessions.iter().all(|s| s.len() == 6));
+        assert_eq!(sessions.len(), config.sessions);
+        assert!(sessions.iter().all(|s| s.len() == config.calls_per_session));
         assert_eq!(generate(7, &GeneratorConfig::default()), calls);
         assert_ne!(generate(8, &GeneratorConfig::default()), calls);
     }

@@ -9,7 +9,7 @@ use sublet_bench::figures::figures;
 use sublet_bench::plots::PLOTS;
 use sublet_bench::report::{markdown, BenchReport};
 
-/// The committed runs: the default one, and one with `--calls-fill-window`.
+/// The committed runs: the default one, and one with AIPerf as the agents' driver.
 const RUNS: [&str; 2] = ["docs/bench", "docs/bench-calls-fill-window"];
 
 fn committed() -> Vec<(BenchReport, PathBuf)> {

@@ -473,8 +473,10 @@ async fn build_runner(
         })?;
     let tokens = pipeline.lock().await.tokenizer().map(|tokenizer| {
         let longest = tokenizer.get_vocab(true).keys().map(String::len).max();
+        let whole = tokenizer.clone();
         let count = move |text: &str| tokenizer.encode(text, false).ok().map(|e| e.len());
         TokenCounter::new(count, longest.unwrap_or(1))
+            .with_json(move || whole.to_string(false).ok())
     });
     let max_running = config.max_running.max(1).try_into().expect("at least one");
     let Some(policy) = &config.make_room else {

@@ -9,11 +9,14 @@ use std::sync::Arc;
 
 /// Tokenizes a text and counts its tokens (`None` if the tokenizer failed).
 type Count = dyn Fn(&str) -> Option<usize> + Send + Sync;
+/// The tokenizer as Hugging Face's `tokenizer.json` text.
+type ToJson = dyn Fn() -> Option<String> + Send + Sync;
 
 /// Counts a text's tokens with the model's own tokenizer, on the calling thread.
 #[derive(Clone)]
 pub struct TokenCounter {
     count: Arc<Count>,
+    to_json: Option<Arc<ToJson>>,
     /// Bytes of the longest token's text, doubled: a text of n bytes takes at least
     /// n / this many tokens (the margin covers normalizers that shorten a text).
     bytes_per_token_bound: usize,
@@ -28,8 +31,24 @@ impl TokenCounter {
     ) -> Self {
         Self {
             count: Arc::new(count),
+            to_json: None,
             bytes_per_token_bound: 2 * longest_token_bytes.max(1),
         }
+    }
+
+    /// The counter that can also write its tokenizer out (see [`Self::tokenizer_json`]).
+    pub(crate) fn with_json(
+        mut self,
+        to_json: impl Fn() -> Option<String> + Send + Sync + 'static,
+    ) -> Self {
+        self.to_json = Some(Arc::new(to_json));
+        self
+    }
+
+    /// The model's tokenizer as a `tokenizer.json` text, for tools outside the process
+    /// that must count tokens as the engine does (AIPerf sizes its prompts with it).
+    pub fn tokenizer_json(&self) -> Option<String> {
+        self.to_json.as_ref().and_then(|f| f())
     }
 
     /// The fewest tokens `text` can take, from its length alone (no tokenizing).

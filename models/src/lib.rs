@@ -140,6 +140,10 @@ pub const PYTHON_PACKAGES: &[&str] = &["openai==3.57.0", "livekit-agents==1.8.9"
 /// release on this machine's CPU), the reference `engine-bench` measures the engine
 /// against. Set up by `cargo xtask engine-bench` only, on first use.
 pub const LLAMA_CPP_ENV: &str = "llama-cpp/venv";
+/// The virtual environment AIPerf (the bench's other agent driver) is installed into.
+pub const AIPERF_ENV: &str = "aiperf/venv";
+/// The package installed into [`AIPERF_ENV`], pinned.
+pub const AIPERF_PACKAGE: &str = "aiperf==0.13.0";
 /// The package installed into [`LLAMA_CPP_ENV`], pinned.
 pub const LLAMA_CPP_PACKAGE: &str = "llama-cpp-python==0.3.36";
 /// A Node.js package folder with LiveKit's official client SDK (it carries LiveKit's own

@@ -8,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 
 use sublet_models::{
-    ModelCache, LLAMA_CPP_ENV, LLAMA_CPP_PACKAGE, NODE_ENV, NODE_PACKAGES, PYTHON_ENV,
+    ModelCache, AIPERF_ENV, AIPERF_PACKAGE, LLAMA_CPP_ENV, LLAMA_CPP_PACKAGE, NODE_ENV, NODE_PACKAGES, PYTHON_ENV,
     PYTHON_PACKAGES,
 };
 
@@ -29,6 +29,19 @@ pub fn ensure_llama_cpp(cache: &ModelCache) -> Result<PathBuf> {
         "llama.cpp (built from source on first use: several minutes)",
     )?;
     Ok(dir.join("bin/python"))
+}
+
+/// AIPerf, the bench's other agent driver (about 1.2 GB with its libraries, so only
+/// when a bench asks for it); returns its program.
+pub fn ensure_aiperf(cache: &ModelCache) -> Result<PathBuf> {
+    let dir = cache.path(AIPERF_ENV);
+    ensure_venv(
+        &dir,
+        &[AIPERF_PACKAGE],
+        &["--progress-bar", "off"],
+        "AIPerf (the bench's --agent-driver aiperf)",
+    )?;
+    Ok(dir.join("bin/aiperf"))
 }
 
 /// A virtual environment at `dir` holding `packages` (pinned), installed by pip once.

@@ -185,7 +185,15 @@ fn probe(extra: &[String]) -> Result<()> {
 }
 
 fn bench(extra: &[String]) -> Result<()> {
-    setup()?;
+    let cache = setup()?;
+    // `--agent-driver aiperf` (or `=aiperf`): AIPerf in the cache first.
+    let aiperf = extra
+        .windows(2)
+        .any(|w| w[0] == "--agent-driver" && w[1] == "aiperf")
+        || extra.iter().any(|a| a == "--agent-driver=aiperf");
+    if aiperf {
+        client_env::ensure_aiperf(&cache)?;
+    }
     let mut command = cargo_run("sublet-bench", "bench")?;
     command.args(extra);
     run(command)

@@ -2,8 +2,12 @@
 //! sessions, make-room off against on, with a voice-alone round setting the SLO.
 //!
 //! ```text
-//! bench [--agents N] [--calls M] [--rounds R] [--minutes T] [--seed S] [--trace FILE] [--out DIR]
+//! bench [--agents N] [--calls 2,4] [--rounds 2,1] [--minutes T] [--alone-minutes 2,1]
+//!       [--seed S] [--trace FILE] [--out DIR]
 //! ```
+//!
+//! For each number of callers in `--calls`, fewest first: a voice-alone round (its SLO),
+//! then that count's pairs of rounds, make-room off and on with the same seed.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -14,29 +18,35 @@ use anyhow::{bail, Context, Result};
 use clap::Parser;
 use serde_json::json;
 use sublet_agent::{AgentConfig, VoiceAgent};
+use sublet_bench::aiperf::AiPerf;
 use sublet_bench::figures::{figures, RoundRecord, MAKE_ROOM_OFF, MAKE_ROOM_ON, VOICE_ALONE};
 use sublet_bench::report::{markdown, BenchReport};
 use sublet_bench::rounds::{run_round, Recording, RoundPlan};
-use sublet_bench::{plots, trace};
+use sublet_bench::{mooncake, plots, trace};
 use sublet_engine::make_room::{PolicyConfig, Switches};
 use sublet_engine::server::{router, serve, ConnectionLimits, Metrics, ServerConfig};
 use sublet_engine::{Engine, EngineConfig, VOICE_PRIORITY};
-use sublet_models::ModelCache;
+use sublet_models::{ModelCache, AIPERF_ENV};
 
 #[derive(Parser, Debug)]
 #[command(name = "bench")]
 struct Args {
     /// Coding-agent sessions beside the calls (generated, unless --trace).
-    #[arg(long, default_value_t = 6)]
+    #[arg(long, default_value_t = 12)]
     agents: usize,
-    /// Callers at once, each started a few seconds after the last with one recorded call
-    /// (with `--calls-fill-window`, the recordings back to back until the window closes).
-    #[arg(long, default_value_t = 2)]
-    calls: usize,
-    /// Pairs of rounds beside the agents (make-room off and on with the same seed; every
-    /// second pair runs on first).
-    #[arg(long, default_value_t = 2)]
-    rounds: usize,
+    /// Callers at once, each started a few seconds after the last, replaying the
+    /// recordings back to back until the window closes (`--calls-once`: one call each);
+    /// a list runs the rounds once for each number.
+    #[arg(long, value_delimiter = ',', default_value = "2,4")]
+    calls: Vec<usize>,
+    /// Pairs of rounds beside the agents for each number of callers (make-room off and on
+    /// with the same seed; every second pair runs on first); one value serves every count.
+    #[arg(long, value_delimiter = ',', default_value = "2,1")]
+    rounds: Vec<usize>,
+    /// The voice-alone round's window for each number of callers, in minutes: long enough
+    /// for 20 turns (a caller takes about 8 turns in 70 s); one value serves every count.
+    #[arg(long, value_delimiter = ',', default_value = "2,1")]
+    alone_minutes: Vec<f64>,
     /// How long each round's agents and callers keep starting calls, in minutes: the
     /// agents' throughput is measured over this window, the same in every round (calls in
     /// progress when it closes are answered to their end).
@@ -46,8 +56,23 @@ struct Args {
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Replay these sessions (JSONL, see `bench/src/trace.rs`) instead of generating them.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "mooncake")]
     trace: Option<PathBuf>,
+    /// Replay the sessions of this Mooncake-style trace (AIPerf's format, see
+    /// `bench/src/mooncake.rs`) instead of generating them.
+    #[arg(long)]
+    mooncake: Option<PathBuf>,
+    /// Multiply the Mooncake trace's token counts by this (a GPU-sized trace scaled down).
+    #[arg(long, default_value_t = 1.0)]
+    mooncake_scale: f64,
+    /// What sends the agents' requests: the bench's own replayer, or AIPerf (installed by
+    /// `cargo xtask bench` into the cache when this asks for it).
+    #[arg(long, value_enum, default_value_t = Driver::Replayer)]
+    agent_driver: Driver,
+    /// make-room's switches in the "on" rounds: `all`, or a comma-separated list of
+    /// priority, kv_preemption, budget_cap, decode_hold, turn_hint, call_retention.
+    #[arg(long, default_value = "all")]
+    on_switches: Switches,
     /// make-room's KV budget, in tokens.
     #[arg(long, default_value_t = 4096)]
     kv_budget: usize,
@@ -70,17 +95,24 @@ struct Args {
     /// `--first-tokens`.
     #[arg(long)]
     release_at_first_sentence: bool,
-    /// Only write `report.md` and the plots again from the `summary.json` in `--out`
-    /// (after a change to the report's layout; the figures are the ones it holds).
+    /// Only write the figures, `report.md` and the plots again from the records in
+    /// `--out`'s `summary.json` (after a change to the figures or the report's layout).
     #[arg(long)]
     render_only: bool,
-    /// Each caller replays the recordings back to back until the window closes, so that
-    /// voice turns come through the whole window instead of its first half minute.
+    /// Each caller makes one call, so that voice turns come through the window's first
+    /// half minute only (the default replays the recordings back to back until the window
+    /// closes).
     #[arg(long)]
-    calls_fill_window: bool,
+    calls_once: bool,
     /// Where the summary and the report go.
     #[arg(long, default_value = "target/bench")]
     out: PathBuf,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Driver {
+    Replayer,
+    Aiperf,
 }
 
 /// The recorded calls the rounds replay, in turn.
@@ -104,8 +136,16 @@ fn run(args: Args) -> Result<()> {
         let path = args.out.join("summary.json");
         let text = std::fs::read_to_string(&path)
             .with_context(|| format!("reading {}", path.display()))?;
-        let report: BenchReport = serde_json::from_str(&text)
+        // The records only: the figures are computed again (an older run's may lack some).
+        let mut value: serde_json::Value = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not JSON", path.display()))?;
+        if let Some(fields) = value.as_object_mut() {
+            fields.remove("figures");
+        }
+        let mut report: BenchReport = serde_json::from_value(value)
             .with_context(|| format!("{} is not a bench summary", path.display()))?;
+        report.figures = figures(&report.rounds, report.window_s);
+        std::fs::write(&path, serde_json::to_string_pretty(&report)? + "\n")?;
         return write_report(&report, &args.out);
     }
     // The tree as it is when the run starts: edits made while it runs are not what ran.
@@ -149,12 +189,28 @@ fn run(args: Args) -> Result<()> {
         ConnectionLimits::default(),
         std::future::pending(),
     ));
-    let trace_file = match &args.trace {
-        Some(path) => Some(trace::parse(
-            &std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?,
-        )?),
-        None => None,
+    let read = |path: &PathBuf| {
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+    };
+    let trace_file = match (&args.trace, &args.mooncake) {
+        (Some(path), _) => Some(trace::parse(&read(path)?)?),
+        (None, Some(path)) => Some(mooncake::from_mooncake(&read(path)?, args.mooncake_scale)?),
+        (None, None) => None,
+    };
+    let aiperf = match args.agent_driver {
+        Driver::Replayer => None,
+        Driver::Aiperf => {
+            let tokenizer = engine
+                .token_counter()
+                .and_then(|t| t.tokenizer_json())
+                .context("the model's tokenizer cannot be written out for AIPerf")?;
+            Some(AiPerf::prepare(
+                &cache.path(AIPERF_ENV).join("bin/aiperf"),
+                &args.out.join("aiperf"),
+                &tokenizer,
+                engine.model_name(),
+            )?)
+        }
     };
     let sessions_for = |seed: u64| match &trace_file {
         Some(calls) => calls.clone(),
@@ -166,32 +222,28 @@ fn run(args: Args) -> Result<()> {
             },
         ),
     };
-    let limit = Duration::from_secs_f64(args.minutes * 60.0);
+    let plan = plan(&args)?;
     let started = Instant::now();
     let mut rounds = Vec::new();
-    let plan: Vec<(&'static str, Option<u64>)> = std::iter::once((VOICE_ALONE, None))
-        .chain((0..args.rounds).flat_map(|r| {
-            let seed = args.seed + r as u64;
-            // Pairs alternate their order, so that a machine slowing down or speeding up
-            // through the run does not favour one condition.
-            match r % 2 {
-                0 => [(MAKE_ROOM_OFF, Some(seed)), (MAKE_ROOM_ON, Some(seed))],
-                _ => [(MAKE_ROOM_ON, Some(seed)), (MAKE_ROOM_OFF, Some(seed))],
-            }
-        }))
-        .collect();
-    for (n, (condition, seed)) in plan.iter().enumerate() {
+    for (n, step) in plan.iter().enumerate() {
+        let RoundStep {
+            condition,
+            seed,
+            callers,
+            window,
+        } = *step;
         eprintln!(
-            "bench: round {}/{}: {condition}{} ({:.0} s so far)",
+            "bench: round {}/{}: {condition}, {callers} callers{}, {:.0} s window ({:.0} s so far)",
             n + 1,
             plan.len(),
             seed.map(|s| format!(", seed {s}")).unwrap_or_default(),
+            window.as_secs_f64(),
             started.elapsed().as_secs_f64()
         );
-        let switches = if *condition == MAKE_ROOM_OFF {
+        let switches = if condition == MAKE_ROOM_OFF {
             Switches::default()
         } else {
-            Switches::all()
+            args.on_switches.clone()
         };
         wait_idle(&engine)?;
         engine.set_make_room_switches(switches);
@@ -200,13 +252,14 @@ fn run(args: Args) -> Result<()> {
             agent: &agent,
             base_url: &base_url,
             recordings: &recordings,
-            calls: args.calls,
+            calls: callers,
             sessions: &sessions,
-            window: limit,
+            window,
             condition,
-            seed: *seed,
+            seed,
             index: n,
-            fill_window: args.calls_fill_window,
+            fill_window: !args.calls_once,
+            aiperf: aiperf.as_ref(),
         })?;
         let done = round
             .turns
@@ -223,6 +276,64 @@ fn run(args: Args) -> Result<()> {
         rounds.push(round);
     }
     report(&args, commit, rounds)
+}
+
+/// One round of the run.
+#[derive(Clone, Copy)]
+struct RoundStep {
+    condition: &'static str,
+    seed: Option<u64>,
+    callers: usize,
+    window: Duration,
+}
+
+/// The rounds `args` ask for: for each number of callers, fewest first, a voice-alone round
+/// and then its pairs, off and on with one seed (every second pair on first, so that a
+/// machine slowing down or speeding up through the run favours neither condition).
+fn plan(args: &Args) -> Result<Vec<RoundStep>> {
+    let mut counts = args.calls.clone();
+    counts.sort_unstable();
+    if counts.is_empty() || counts.contains(&0) || counts.windows(2).any(|w| w[0] == w[1]) {
+        bail!("--calls wants distinct numbers of callers, each at least 1");
+    }
+    let for_count = |list: &[f64], what: &str, i: usize| -> Result<f64> {
+        match list {
+            [one] => Ok(*one),
+            _ if list.len() == args.calls.len() => Ok(list[i]),
+            _ => bail!("--{what} wants one value, or one for each of --calls"),
+        }
+    };
+    let pair_counts: Vec<f64> = args.rounds.iter().map(|r| *r as f64).collect();
+    let window = Duration::from_secs_f64(args.minutes * 60.0);
+    let mut steps = Vec::new();
+    for &callers in &counts {
+        // The lists follow --calls as given.
+        let i = args.calls.iter().position(|c| *c == callers).unwrap_or(0);
+        let alone = for_count(&args.alone_minutes, "alone-minutes", i)?;
+        steps.push(RoundStep {
+            condition: VOICE_ALONE,
+            seed: None,
+            callers,
+            window: Duration::from_secs_f64(alone * 60.0),
+        });
+        let pairs = for_count(&pair_counts, "rounds", i)? as u64;
+        for r in 0..pairs {
+            let seed = Some(args.seed + r);
+            let [first, second] = match r % 2 {
+                0 => [MAKE_ROOM_OFF, MAKE_ROOM_ON],
+                _ => [MAKE_ROOM_ON, MAKE_ROOM_OFF],
+            };
+            for condition in [first, second] {
+                steps.push(RoundStep {
+                    condition,
+                    seed,
+                    callers,
+                    window,
+                });
+            }
+        }
+    }
+    Ok(steps)
 }
 
 /// Waits for the engine to finish what the last round left running.
@@ -250,12 +361,15 @@ fn report(args: &Args, commit: Option<String>, rounds: Vec<RoundRecord>) -> Resu
         commit,
         config: json!({
             "agents": args.agents, "calls": args.calls, "rounds": args.rounds,
-            "minutes": args.minutes, "seed": args.seed, "kv_budget": args.kv_budget,
-            "chunk": args.chunk, "idle_chunk": args.idle_chunk, "turn_hints": true,
-            "first_tokens": args.first_tokens, "calls_fill_window": args.calls_fill_window,
+            "minutes": args.minutes, "alone_minutes": args.alone_minutes, "seed": args.seed,
+            "kv_budget": args.kv_budget, "chunk": args.chunk, "idle_chunk": args.idle_chunk,
+            "turn_hints": true, "first_tokens": args.first_tokens,
+            "calls_fill_window": !args.calls_once, "on_switches": &args.on_switches,
             "hint_hold_ms": args.hint_hold_ms,
             "release_at_first_sentence": args.release_at_first_sentence,
-            "trace": args.trace.as_ref().map(|p| p.display().to_string()),
+            "trace": args.trace.as_ref().or(args.mooncake.as_ref()).map(|p| p.display().to_string()),
+            "mooncake_scale": args.mooncake.as_ref().map(|_| args.mooncake_scale),
+            "agent_driver": format!("{:?}", args.agent_driver).to_lowercase(),
         }),
         window_s,
         figures: figures(&rounds, window_s),
@@ -291,10 +405,16 @@ fn commit() -> Option<String> {
 
 fn print_table(report: &BenchReport) {
     let f = &report.figures;
-    println!("SLO (voice alone p95 + 0.25 s): {:.2} s", f.slo_s);
+    for slo in &f.slos {
+        println!(
+            "SLO with {} callers (voice alone p95 + 0.25 s, {} turns): {:.2} s",
+            slo.callers, slo.turns, slo.slo_s
+        );
+    }
     println!(
-        "{:<16} {:>6} {:>8} {:>8} {:>8} {:>9} {:>8} {:>11} {:>10} {:>7}",
+        "{:<16} {:>7} {:>6} {:>8} {:>8} {:>8} {:>9} {:>8} {:>11} {:>10} {:>7} {:>8} {:>9}",
         "round",
+        "callers",
         "turns",
         "v2v p50",
         "v2v p95",
@@ -303,23 +423,38 @@ fn print_table(report: &BenchReport) {
         "1st tok",
         "agent tok/s",
         "agent TTFT",
-        "KV full"
+        "KV full",
+        "KV pre.",
+        "µs/step"
     );
-    let rows = f
-        .rounds
-        .iter()
-        .map(|r| (&r.condition, &r.summary, r.kv.at_budget_share));
-    let pooled = f
-        .conditions
-        .iter()
-        .map(|c| (&c.condition, &c.summary, c.kv_at_budget_share));
-    for (n, (condition, s, at_budget)) in rows.chain(pooled).enumerate() {
+    let rows = f.rounds.iter().map(|r| {
+        (
+            &r.condition,
+            r.callers,
+            &r.summary,
+            r.engine.at_budget_share,
+            r.engine.kv_preemptions,
+            r.engine.scheduler_us_per_step,
+        )
+    });
+    let pooled = f.conditions.iter().map(|c| {
+        (
+            &c.condition,
+            c.callers,
+            &c.summary,
+            c.kv_at_budget_share,
+            c.kv_preemptions,
+            c.scheduler_us_per_step,
+        )
+    });
+    for (n, (condition, callers, s, at_budget, preemptions, us)) in rows.chain(pooled).enumerate() {
         if n == f.rounds.len() {
             println!("all rounds of each condition:");
         }
         println!(
-            "{:<16} {:>6} {:>8.2} {:>8.2} {:>8.2} {:>9} {:>8.2} {:>11.2} {:>10.2} {:>6.0}%",
+            "{:<16} {:>7} {:>6} {:>8.2} {:>8.2} {:>8.2} {:>9} {:>8.2} {:>11.2} {:>10.2} {:>6.0}% {:>8} {:>9.1}",
             condition,
+            callers,
             s.turns,
             s.voice_to_voice_p50_s,
             s.voice_to_voice_p95_s,
@@ -328,15 +463,20 @@ fn print_table(report: &BenchReport) {
             s.first_token_p95_s,
             s.agent_tokens_per_s,
             s.agent_first_token_p95_s,
-            at_budget * 100.0
+            at_budget * 100.0,
+            preemptions,
+            us
         );
     }
     for p in &f.pairs {
         println!(
-            "pair seed {}: p95 voice to voice off/on {:.2}x, agent throughput on/off {:.2}",
+            "pair seed {}, {} callers: p95 voice to voice off/on {:.2}x, agent throughput on/off \
+             {:.2}, agent TTFT p95 on/off {:.2}",
             p.seed.unwrap_or_default(),
+            p.callers,
             p.p95_voice_to_voice_off_over_on,
-            p.agent_throughput_on_over_off
+            p.agent_throughput_on_over_off,
+            p.agent_first_token_p95_on_over_off
         );
     }
 }
