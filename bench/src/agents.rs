@@ -27,8 +27,8 @@ fn filler(seed: usize, tokens: usize) -> String {
         .join(" ")
 }
 
-/// Replays `trace` against the API at `base_url` (`http://host:port`) until every session
-/// is done or `stop` is set; times are measured from `round_start`. `round` (a different
+/// Replays `trace` against the API at `base_url` (`http://host:port`) until `stop` is set
+/// (each session starting over as a new task when its calls are done); times are measured from `round_start`. `round` (a different
 /// number for each round) keeps rounds from sharing prompts.
 pub fn replay(
     base_url: &str,
@@ -65,14 +65,14 @@ fn session(
         .timeout(Duration::from_secs(600))
         .build();
     let url = format!("{base_url}/v1/chat/completions");
-    // The round's own opening, so that no round finds another's prompts in the engine's
-    // prefix cache: each pair's rounds must start from the same (cold) cache.
     let mut records = Vec::new();
     for task in 0.. {
         if stop.load(Ordering::Relaxed) {
             break;
         }
-        // A new task opens with its own number, so it finds nothing of the last one cached.
+        // The round's and the task's own opening: no round finds another's prompts in the
+        // engine's prefix cache (each pair's rounds start from the same, cold cache), and
+        // no task the last one's.
         let mut messages = vec![json!({
             "role": "system",
             "content": format!(

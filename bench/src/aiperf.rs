@@ -7,6 +7,7 @@
 //! `tokenizer.json` in a local Hugging Face cache (`HF_HOME`, hub layout), since AIPerf's
 //! prompt workers set `HF_HUB_OFFLINE` and then take a plain folder for a hub name.
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -68,12 +69,13 @@ impl AiPerf {
 
     /// Starts AIPerf on `calls` for round `round` and returns once the engine has its first
     /// request (`started` says so), so that the round's clock starts with the agents' load.
+    /// `seed` makes its prompts: the same in both rounds of a pair.
     pub fn start(
         &self,
         base_url: &str,
         calls: &[AgentCall],
         window: Duration,
-        round: usize,
+        (round, seed): (usize, u64),
         started: impl Fn() -> bool,
     ) -> Result<Running> {
         let dir = self.dir.join(format!("round-{round}"));
@@ -111,37 +113,40 @@ impl AiPerf {
                 "--no-server-metrics",
                 "--no-gpu-telemetry",
             ])
-            .args(["--random-seed", &round.to_string()])
+            .args(["--random-seed", &seed.to_string()])
             .arg("--use-server-token-count")
             .env("HF_HOME", self.dir.join("hf"))
             .env("HF_HUB_OFFLINE", "1")
             .env("TRANSFORMERS_OFFLINE", "1")
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
-            .stderr(log);
-        let mut child = command
+            .stderr(log)
+            // Its own process group, so that stopping it stops every process it started.
+            .process_group(0);
+        let child = command
             .spawn()
             .with_context(|| format!("starting {}", self.program.display()))?;
-        let until = Instant::now() + START_LIMIT;
-        while !started() {
-            if let Some(status) = child.try_wait()? {
-                bail!(
-                    "AIPerf ended ({status}) before sending a request: see {}",
-                    dir.join("aiperf.log").display()
-                );
-            }
-            if Instant::now() > until {
-                let _ = child.kill();
-                bail!("AIPerf sent no request in {START_LIMIT:?}");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Ok(Running {
+        // From here on, dropping `running` stops AIPerf.
+        let mut running = Running {
             child,
             artifacts,
             window,
             log: dir.join("aiperf.log"),
-        })
+        };
+        let until = Instant::now() + START_LIMIT;
+        while !started() {
+            if let Some(status) = running.child.try_wait()? {
+                bail!(
+                    "AIPerf ended ({status}) before sending a request: see {}",
+                    running.log.display()
+                );
+            }
+            if Instant::now() > until {
+                bail!("AIPerf sent no request in {START_LIMIT:?}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(running)
     }
 }
 
@@ -172,8 +177,7 @@ impl Running {
                 break;
             }
             if stop.load(Ordering::Relaxed) && Instant::now() > deadline {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
+                self.stop();
                 bail!("AIPerf ran past its window and grace period; stopped");
             }
             std::thread::sleep(Duration::from_millis(200));
@@ -185,6 +189,35 @@ impl Running {
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
         records(&text, start_ns)
+    }
+}
+
+impl Running {
+    /// Stops AIPerf's whole process group: asked first, then killed.
+    fn stop(&mut self) {
+        let group = format!("-{}", self.child.id());
+        let signal = |name: &str| {
+            let _ = Command::new("kill")
+                .args([name, "--", &group])
+                .stderr(Stdio::null())
+                .status();
+        };
+        signal("-TERM");
+        let until = Instant::now() + Duration::from_secs(5);
+        while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        signal("-KILL");
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Running {
+    /// A round that failed before it read AIPerf's records leaves no AIPerf behind.
+    fn drop(&mut self) {
+        if !matches!(self.child.try_wait(), Ok(Some(_))) {
+            self.stop();
+        }
     }
 }
 

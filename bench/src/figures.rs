@@ -142,7 +142,9 @@ pub struct ConditionFigures {
     /// KV preemptions in all the rounds, and how many rounds had at least one.
     pub kv_preemptions: u64,
     pub rounds_with_kv_preemption: usize,
-    /// The scheduler's time per step over all the rounds' steps, microseconds.
+    /// Steps planned in all the rounds (none: the records predate the count), and the
+    /// scheduler's time per step over them, microseconds.
+    pub steps: u64,
     pub scheduler_us_per_step: f64,
     /// Each stage's mean over the answered turns (end of turn, transcript, first token,
     /// first sentence, first audio), seconds.
@@ -157,6 +159,8 @@ pub struct Slo {
     pub slo_s: f64,
     /// The voice-alone turns it rests on.
     pub turns: usize,
+    /// No voice-alone round had this many callers: the SLO is every voice-alone turn's.
+    pub borrowed: bool,
 }
 
 /// Every figure of a report.
@@ -188,39 +192,14 @@ impl Figures {
 
     /// Every number of callers the rounds ran with, fewest first.
     pub fn caller_counts(&self) -> Vec<usize> {
-        let mut counts: Vec<usize> = self.rounds.iter().map(|r| r.callers).collect();
-        counts.sort_unstable();
-        counts.dedup();
-        counts
+        caller_counts(self.rounds.iter().map(|r| r.callers))
     }
 }
 
 /// The figures of `rounds`; a round that did not record its window ran for `window_s`.
 pub fn figures(rounds: &[RoundRecord], window_s: f64) -> Figures {
-    let mut caller_counts: Vec<usize> = rounds.iter().map(|r| r.callers).collect();
-    caller_counts.sort_unstable();
-    caller_counts.dedup();
-    let voice_alone_turns = |callers: Option<usize>| -> Vec<VoiceTurn> {
-        rounds
-            .iter()
-            .filter(|r| r.condition == VOICE_ALONE && callers.is_none_or(|c| r.callers == c))
-            .flat_map(|r| r.turns.iter().cloned())
-            .collect()
-    };
-    let slos: Vec<Slo> = caller_counts
-        .iter()
-        .map(|&callers| {
-            let mut turns = voice_alone_turns(Some(callers));
-            if turns.is_empty() {
-                turns = voice_alone_turns(None);
-            }
-            Slo {
-                callers,
-                slo_s: slo_from_voice_alone(&turns),
-                turns: turns.len(),
-            }
-        })
-        .collect();
+    let counts = caller_counts(rounds.iter().map(|r| r.callers));
+    let slos = slos(rounds, &counts);
     let slo_for = |callers: usize| {
         slos.iter()
             .find(|s| s.callers == callers)
@@ -241,8 +220,69 @@ pub fn figures(rounds: &[RoundRecord], window_s: f64) -> Figures {
             engine: engine_figures(&r.samples, r.window_or(window_s)),
         })
         .collect();
-    // Neighbouring rounds with the same seed and callers, one off and one on, either order.
-    let pairs = round_figures
+    let conditions = counts
+        .iter()
+        .flat_map(|&callers| {
+            [VOICE_ALONE, MAKE_ROOM_OFF, MAKE_ROOM_ON].map(move |condition| (condition, callers))
+        })
+        .filter_map(|(condition, callers)| {
+            let of: Vec<(&RoundRecord, &RoundFigures)> = rounds
+                .iter()
+                .zip(&round_figures)
+                .filter(|(r, _)| r.condition == condition && r.callers == callers)
+                .collect();
+            pooled(&of, window_s, slo_for(callers))
+        })
+        .collect();
+    Figures {
+        slos,
+        pairs: pairs(&round_figures),
+        rounds: round_figures,
+        conditions,
+    }
+}
+
+/// The distinct numbers of callers, fewest first.
+fn caller_counts(callers: impl Iterator<Item = usize>) -> Vec<usize> {
+    let mut counts: Vec<usize> = callers.collect();
+    counts.sort_unstable();
+    counts.dedup();
+    counts
+}
+
+/// Each number of callers' SLO, from its voice-alone rounds (from every voice-alone round
+/// for a count that has none: then marked so).
+fn slos(rounds: &[RoundRecord], counts: &[usize]) -> Vec<Slo> {
+    let voice_alone_turns = |callers: Option<usize>| -> Vec<VoiceTurn> {
+        rounds
+            .iter()
+            .filter(|r| r.condition == VOICE_ALONE && callers.is_none_or(|c| r.callers == c))
+            .flat_map(|r| r.turns.iter().cloned())
+            .collect()
+    };
+    counts
+        .iter()
+        .map(|&callers| {
+            let own = voice_alone_turns(Some(callers));
+            let borrowed = own.is_empty();
+            let turns = if borrowed {
+                voice_alone_turns(None)
+            } else {
+                own
+            };
+            Slo {
+                callers,
+                slo_s: slo_from_voice_alone(&turns),
+                turns: turns.len(),
+                borrowed,
+            }
+        })
+        .collect()
+}
+
+/// Neighbouring rounds with the same seed and callers, one off and one on, either order.
+fn pairs(rounds: &[RoundFigures]) -> Vec<PairRatios> {
+    rounds
         .windows(2)
         .filter_map(|p| {
             let (off, on) = match (p[0].condition.as_str(), p[1].condition.as_str()) {
@@ -261,64 +301,51 @@ pub fn figures(rounds: &[RoundRecord], window_s: f64) -> Figures {
                     / off.summary.agent_first_token_p95_s.max(1e-9),
             })
         })
-        .collect();
-    let conditions = caller_counts
+        .collect()
+}
+
+/// The rounds `of` one condition and number of callers together (none: no figures).
+fn pooled(
+    of: &[(&RoundRecord, &RoundFigures)],
+    window_s: f64,
+    slo_s: f64,
+) -> Option<ConditionFigures> {
+    let (first, _) = of.first()?;
+    let n = of.len();
+    let turns: Vec<VoiceTurn> = of.iter().flat_map(|(r, _)| r.turns.clone()).collect();
+    // Each round's calls count their own window's tokens, per second of all the windows.
+    let windows_s: f64 = of.iter().map(|(r, _)| r.window_or(window_s)).sum();
+    let tokens: usize = of
         .iter()
-        .flat_map(|&callers| {
-            [VOICE_ALONE, MAKE_ROOM_OFF, MAKE_ROOM_ON].map(move |condition| (condition, callers))
-        })
-        .filter_map(|(condition, callers)| {
-            let of: Vec<(&RoundRecord, &RoundFigures)> = rounds
+        .map(|(r, _)| {
+            let window_s = r.window_or(window_s);
+            r.agent_calls
                 .iter()
-                .zip(&round_figures)
-                .filter(|(r, _)| r.condition == condition && r.callers == callers)
-                .collect();
-            if of.is_empty() {
-                return None;
-            }
-            let n = of.len();
-            let turns: Vec<VoiceTurn> = of.iter().flat_map(|(r, _)| r.turns.clone()).collect();
-            // Each round's calls count their own window's tokens, per second of all the
-            // windows together.
-            let windows_s: f64 = of.iter().map(|(r, _)| r.window_or(window_s)).sum();
-            let tokens: usize = of
-                .iter()
-                .map(|(r, _)| {
-                    r.agent_calls
-                        .iter()
-                        .map(|a| a.tokens_by(r.window_or(window_s)))
-                        .sum::<usize>()
-                })
-                .sum();
-            let calls: Vec<AgentCallRecord> =
-                of.iter().flat_map(|(r, _)| r.agent_calls.clone()).collect();
-            let mut summary = summarize(&turns, &calls, f64::INFINITY, slo_for(callers));
-            summary.agent_output_tokens = tokens;
-            summary.agent_tokens_per_s = tokens as f64 / windows_s.max(1e-9);
-            let engines = || of.iter().map(|(_, f)| &f.engine);
-            let steps: u64 = engines().map(|e| e.steps).sum();
-            let schedule_us: f64 = engines()
-                .map(|e| e.scheduler_us_per_step * e.steps as f64)
-                .sum();
-            Some(ConditionFigures {
-                condition: condition.to_owned(),
-                callers,
-                rounds: n,
-                summary,
-                kv_at_budget_share: engines().map(|e| e.at_budget_share).sum::<f64>() / n as f64,
-                kv_preemptions: engines().map(|e| e.kv_preemptions).sum(),
-                rounds_with_kv_preemption: engines().filter(|e| e.kv_preemptions > 0).count(),
-                scheduler_us_per_step: schedule_us / steps.max(1) as f64,
-                stage_means_s: stage_means(&turns),
-            })
+                .map(|a| a.tokens_by(window_s))
+                .sum::<usize>()
         })
-        .collect();
-    Figures {
-        slos,
-        rounds: round_figures,
-        conditions,
-        pairs,
-    }
+        .sum();
+    let calls: Vec<AgentCallRecord> = of.iter().flat_map(|(r, _)| r.agent_calls.clone()).collect();
+    let mut summary = summarize(&turns, &calls, f64::INFINITY, slo_s);
+    summary.agent_output_tokens = tokens;
+    summary.agent_tokens_per_s = tokens as f64 / windows_s.max(1e-9);
+    let engines = || of.iter().map(|(_, f)| &f.engine);
+    let steps: u64 = engines().map(|e| e.steps).sum();
+    let schedule_us: f64 = engines()
+        .map(|e| e.scheduler_us_per_step * e.steps as f64)
+        .sum();
+    Some(ConditionFigures {
+        condition: first.condition.clone(),
+        callers: first.callers,
+        rounds: n,
+        summary,
+        kv_at_budget_share: engines().map(|e| e.at_budget_share).sum::<f64>() / n as f64,
+        kv_preemptions: engines().map(|e| e.kv_preemptions).sum(),
+        rounds_with_kv_preemption: engines().filter(|e| e.kv_preemptions > 0).count(),
+        steps,
+        scheduler_us_per_step: schedule_us / steps.max(1) as f64,
+        stage_means_s: stage_means(&turns),
+    })
 }
 
 /// KV use over the round's window, and what the counters grew by over the whole round.
@@ -327,7 +354,7 @@ pub fn engine_figures(samples: &[Sample], window_s: f64) -> EngineFigures {
     let use_of = |s: &Sample| s.kv_used_tokens as f64 / s.kv_budget_tokens.max(1) as f64;
     let n = in_window.len().max(1) as f64;
     let grew = |f: fn(&Sample) -> u64| match (samples.first(), samples.last()) {
-        (Some(first), Some(last)) => f(last) - f(first),
+        (Some(first), Some(last)) => f(last).saturating_sub(f(first)),
         _ => 0,
     };
     let steps = grew(|s| s.steps);

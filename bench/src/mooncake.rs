@@ -41,7 +41,9 @@ pub struct MooncakeRow {
 /// The rows AIPerf replays for `calls` over a window of `window_s`: each session runs as a
 /// task that starts again, as a new session with a fresh context, every `task_every_s`
 /// seconds while the window lasts (AIPerf's schedule is fixed in advance, so a session
-/// cannot start over when its last reply ends, as the bench's own replayer does).
+/// cannot start over when its last reply ends, as the bench's own replayer does: a task
+/// slower than the interval overlaps the next, and the load is heavier than the
+/// replayer's).
 pub fn to_mooncake(calls: &[AgentCall], window_s: f64, task_every_s: f64) -> String {
     let mut lines = String::new();
     for session in sessions(calls) {
@@ -131,7 +133,7 @@ pub fn from_mooncake(text: &str, scale: f64) -> Result<Vec<AgentCall>> {
         }
         calls.push(AgentCall {
             session: session.clone(),
-            pause_s: (pause_ms / 1000.0 * 1000.0).round() / 1000.0,
+            pause_s: pause_ms.round() / 1000.0,
             context_tokens: scaled(context),
             output_tokens: scaled(output),
         });

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::figures::{
-    ConditionFigures, Figures, RoundFigures, RoundRecord, MAKE_ROOM_OFF, MAKE_ROOM_ON, VOICE_ALONE,
+    ConditionFigures, Figures, RoundRecord, MAKE_ROOM_OFF, MAKE_ROOM_ON, VOICE_ALONE,
 };
 use crate::stats::FAILED_TURN_S;
 
@@ -66,8 +66,15 @@ pub fn markdown(report: &BenchReport, plots: &[(&str, &str)]) -> String {
         .iter()
         .map(|s| {
             format!(
-                "{:.2} s with {} callers (from {} voice-alone turns)",
-                s.slo_s, s.callers, s.turns
+                "{:.2} s with {} callers (from {} voice-alone turns{})",
+                s.slo_s,
+                s.callers,
+                s.turns,
+                if s.borrowed {
+                    ", of other numbers of callers"
+                } else {
+                    ""
+                }
             )
         })
         .collect();
@@ -99,12 +106,25 @@ fn per_callers(values: &[(usize, String)]) -> String {
         .join("; ")
 }
 
+/// `a ÷ b`, or NaN (never meeting a target) when `b` was not measured.
+fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 {
+        a / b
+    } else {
+        f64::NAN
+    }
+}
+
 fn headline(md: &mut String, f: &Figures) {
-    let counts = f.caller_counts();
+    let _ = writeln!(md, "## Headline\n");
+    let _ = writeln!(md, "| figure | measured | target | |\n|---|---|---|---|");
+    preemption_row(md, f);
+    turns_row(md, f);
     // (callers, off, on) for each number of callers that ran both conditions.
-    let both: Vec<(usize, &ConditionFigures, &ConditionFigures)> = counts
-        .iter()
-        .filter_map(|&n| {
+    let both: Vec<(usize, &ConditionFigures, &ConditionFigures)> = f
+        .caller_counts()
+        .into_iter()
+        .filter_map(|n| {
             Some((
                 n,
                 f.condition(MAKE_ROOM_OFF, n)?,
@@ -119,69 +139,22 @@ fn headline(md: &mut String, f: &Figures) {
                      target: String,
                      met: &dyn Fn(f64) -> bool| {
         let values: Vec<(usize, f64)> = both.iter().map(|(n, off, on)| (*n, of(off, on))).collect();
-        target_row(
-            md,
-            figure,
-            per_callers(
-                &values
-                    .iter()
-                    .map(|(n, v)| (*n, format!("{v:.2}{unit}")))
-                    .collect::<Vec<_>>(),
-            ),
-            target,
-            !values.is_empty() && values.iter().all(|(_, v)| met(*v)),
-        );
-    };
-    let _ = writeln!(md, "## Headline\n");
-    let _ = writeln!(md, "| figure | measured | target | |\n|---|---|---|---|");
-    let on_rounds: Vec<&RoundFigures> = f
-        .rounds
-        .iter()
-        .filter(|r| r.condition == MAKE_ROOM_ON)
-        .collect();
-    target_row(
-        md,
-        "KV preemptions in each make-room round",
-        on_rounds
+        let measured: Vec<(usize, String)> = values
             .iter()
-            .map(|r| r.engine.kv_preemptions.to_string())
-            .collect::<Vec<_>>()
-            .join(", "),
-        "≥ 1 in every round".into(),
-        !on_rounds.is_empty() && on_rounds.iter().all(|r| r.engine.kv_preemptions > 0),
-    );
-    let turns: Vec<(usize, String)> = counts
-        .iter()
-        .map(|&n| {
-            let of = |c: &str| f.condition(c, n).map_or(0, |c| c.summary.turns);
-            (
-                n,
-                format!(
-                    "alone {}, off {}, on {}",
-                    of(VOICE_ALONE),
-                    of(MAKE_ROOM_OFF),
-                    of(MAKE_ROOM_ON)
-                ),
-            )
-        })
-        .collect();
-    let enough = counts.iter().all(|&n| {
-        let of = |c: &str| f.condition(c, n).map_or(0, |c| c.summary.turns);
-        f.slos.iter().all(|s| s.turns >= TARGET_SLO_TURNS)
-            && of(MAKE_ROOM_OFF) >= TARGET_TURNS
-            && of(MAKE_ROOM_ON) >= TARGET_TURNS
-    });
-    target_row(
-        md,
-        "turns per condition",
-        per_callers(&turns),
-        format!("≥ {TARGET_SLO_TURNS} alone, ≥ {TARGET_TURNS} beside agents"),
-        !counts.is_empty() && enough,
-    );
+            .map(|(n, v)| (*n, format!("{v:.2}{unit}")))
+            .collect();
+        let met = !values.is_empty() && values.iter().all(|(_, v)| met(*v));
+        target_row(md, figure, per_callers(&measured), target, met);
+    };
     ratio_row(
         md,
-        "p95 voice to voice, off ÷ on (rounds pooled)",
-        &|off, on| off.summary.voice_to_voice_p95_s / on.summary.voice_to_voice_p95_s.max(1e-9),
+        "p95 voice to voice, off ÷ on (each condition's rounds pooled)",
+        &|off, on| {
+            ratio(
+                off.summary.voice_to_voice_p95_s,
+                on.summary.voice_to_voice_p95_s,
+            )
+        },
         "×",
         format!("≥ {TARGET_P95_RATIO}×"),
         &|v| v >= TARGET_P95_RATIO,
@@ -190,15 +163,8 @@ fn headline(md: &mut String, f: &Figures) {
         .iter()
         .map(|(n, _, on)| {
             let s = &on.summary;
-            (
-                *n,
-                format!(
-                    "{} of {} ({:.1}%)",
-                    s.over_slo,
-                    s.turns,
-                    s.over_slo_share * 100.0
-                ),
-            )
+            let share = s.over_slo_share * 100.0;
+            (*n, format!("{} of {} ({share:.1}%)", s.over_slo, s.turns))
         })
         .collect();
     target_row(
@@ -214,7 +180,12 @@ fn headline(md: &mut String, f: &Figures) {
     ratio_row(
         md,
         "agents' output tokens/s, on ÷ off",
-        &|off, on| on.summary.agent_tokens_per_s / off.summary.agent_tokens_per_s.max(1e-9),
+        &|off, on| {
+            ratio(
+                on.summary.agent_tokens_per_s,
+                off.summary.agent_tokens_per_s,
+            )
+        },
         "",
         format!("≥ {TARGET_THROUGHPUT_RATIO}"),
         &|v| v >= TARGET_THROUGHPUT_RATIO,
@@ -223,7 +194,10 @@ fn headline(md: &mut String, f: &Figures) {
         md,
         "agents' p95 time to first token, on ÷ off",
         &|off, on| {
-            on.summary.agent_first_token_p95_s / off.summary.agent_first_token_p95_s.max(1e-9)
+            ratio(
+                on.summary.agent_first_token_p95_s,
+                off.summary.agent_first_token_p95_s,
+            )
         },
         "",
         format!("≤ {TARGET_AGENT_TTFT_RATIO}"),
@@ -232,12 +206,68 @@ fn headline(md: &mut String, f: &Figures) {
     ratio_row(
         md,
         "the scheduler's time per step, on − off",
-        &|off, on| on.scheduler_us_per_step - off.scheduler_us_per_step,
+        &|off, on| {
+            if off.steps > 0 && on.steps > 0 {
+                on.scheduler_us_per_step - off.scheduler_us_per_step
+            } else {
+                f64::NAN
+            }
+        },
         " µs",
         format!("≤ {TARGET_SCHEDULER_EXTRA_US} µs"),
         &|v| v <= TARGET_SCHEDULER_EXTRA_US,
     );
     let _ = writeln!(md);
+}
+
+/// KV preemptions in every make-room round, by number of callers.
+fn preemption_row(md: &mut String, f: &Figures) {
+    let on_rounds = || f.rounds.iter().filter(|r| r.condition == MAKE_ROOM_ON);
+    let counts: Vec<(usize, String)> = f
+        .caller_counts()
+        .into_iter()
+        .map(|n| {
+            let list: Vec<String> = on_rounds()
+                .filter(|r| r.callers == n)
+                .map(|r| r.engine.kv_preemptions.to_string())
+                .collect();
+            (n, list.join(", "))
+        })
+        .filter(|(_, list)| !list.is_empty())
+        .collect();
+    target_row(
+        md,
+        "KV preemptions in each make-room round",
+        per_callers(&counts),
+        "≥ 1 in every round".into(),
+        on_rounds().count() > 0 && on_rounds().all(|r| r.engine.kv_preemptions > 0),
+    );
+}
+
+/// Turns per condition and number of callers; the SLO's must be the count's own.
+fn turns_row(md: &mut String, f: &Figures) {
+    let counts = f.caller_counts();
+    let turns_of = |c: &str, n: usize| f.condition(c, n).map_or(0, |c| c.summary.turns);
+    let turns: Vec<(usize, String)> = counts
+        .iter()
+        .map(|&n| {
+            let [alone, off, on] =
+                [VOICE_ALONE, MAKE_ROOM_OFF, MAKE_ROOM_ON].map(|c| turns_of(c, n));
+            (n, format!("alone {alone}, off {off}, on {on}"))
+        })
+        .collect();
+    let enough = counts.iter().all(|&n| {
+        turns_of(VOICE_ALONE, n) >= TARGET_SLO_TURNS
+            && turns_of(MAKE_ROOM_OFF, n) >= TARGET_TURNS
+            && turns_of(MAKE_ROOM_ON, n) >= TARGET_TURNS
+    });
+    target_row(
+        md,
+        "turns per condition",
+        per_callers(&turns),
+        format!("≥ {TARGET_SLO_TURNS} alone, ≥ {TARGET_TURNS} beside agents"),
+        !counts.is_empty() && enough,
+    );
 }
 
 /// One headline row: the figure, what was measured, the target, and whether it was met.

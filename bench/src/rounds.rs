@@ -91,12 +91,16 @@ pub fn run_round(plan: &RoundPlan) -> Result<RoundRecord> {
     let engine = &*agent.engine;
     // AIPerf takes seconds to start: the round's clock starts with its first request.
     let aiperf = match aiperf {
-        Some(aiperf) if !sessions.is_empty() => {
-            Some(aiperf.start(base_url, sessions, limit, round, || {
+        Some(aiperf) if !sessions.is_empty() => Some(aiperf.start(
+            base_url,
+            sessions,
+            limit,
+            (round, seed.unwrap_or(0)),
+            || {
                 let state = engine.scheduler_state();
                 state.running + state.waiting > 0
-            })?)
-        }
+            },
+        )?),
         _ => None,
     };
     let round_start = Instant::now();
@@ -183,7 +187,9 @@ pub fn run_round(plan: &RoundPlan) -> Result<RoundRecord> {
                 })
             })
             .collect();
-        let mut turns = Vec::new();
+        // Every caller joined before any error is returned: the sampler and the agents
+        // run until the flags below are set, and the scope waits for them.
+        let mut outcomes = Vec::new();
         for caller in callers {
             while !caller.is_finished() {
                 if Instant::now() >= window_ends {
@@ -191,13 +197,15 @@ pub fn run_round(plan: &RoundPlan) -> Result<RoundRecord> {
                 }
                 std::thread::sleep(Duration::from_millis(100));
             }
-            turns.extend(
+            outcomes.push(
                 caller
                     .join()
-                    .map_err(|_| anyhow::anyhow!("a call panicked"))??,
+                    .map_err(|_| anyhow::anyhow!("a call panicked"))
+                    .and_then(|turns| turns),
             );
         }
-        if replayer.is_some() {
+        let failed = outcomes.iter().any(|o| o.is_err());
+        if replayer.is_some() && !failed {
             while Instant::now() < window_ends {
                 std::thread::sleep(Duration::from_millis(100));
             }
@@ -210,6 +218,10 @@ pub fn run_round(plan: &RoundPlan) -> Result<RoundRecord> {
                 .map_err(|_| anyhow::anyhow!("the agents' driver panicked"))??,
             None => Vec::new(),
         };
+        let mut turns = Vec::new();
+        for outcome in outcomes {
+            turns.extend(outcome?);
+        }
         Ok((turns, agent_calls))
     })?;
     Ok(RoundRecord {

@@ -148,8 +148,7 @@ pub fn summarize(
     }
 }
 
-/// Resamples a bootstrap interval draws: enough that the interval's ends move by less
-/// than the turns' own spacing from one seed to another.
+/// Resamples a bootstrap interval draws.
 pub const BOOTSTRAP_RESAMPLES: usize = 2000;
 
 /// A percentile bootstrap 95% interval on the nearest-rank p95 of `values`: the 2.5th and

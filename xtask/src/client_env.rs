@@ -8,8 +8,8 @@ use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 
 use sublet_models::{
-    ModelCache, AIPERF_ENV, AIPERF_PACKAGE, LLAMA_CPP_ENV, LLAMA_CPP_PACKAGE, NODE_ENV, NODE_PACKAGES, PYTHON_ENV,
-    PYTHON_PACKAGES,
+    ModelCache, AIPERF_ENV, AIPERF_PACKAGE, LLAMA_CPP_ENV, LLAMA_CPP_PACKAGE, NODE_ENV,
+    NODE_PACKAGES, PYTHON_ENV, PYTHON_PACKAGES,
 };
 
 pub fn ensure_python_env(cache: &ModelCache) -> Result<()> {

@@ -145,7 +145,9 @@ fn run(args: Args) -> Result<()> {
         let mut report: BenchReport = serde_json::from_value(value)
             .with_context(|| format!("{} is not a bench summary", path.display()))?;
         report.figures = figures(&report.rounds, report.window_s);
-        std::fs::write(&path, serde_json::to_string_pretty(&report)? + "\n")?;
+        let partial = path.with_extension("json.partial");
+        std::fs::write(&partial, serde_json::to_string_pretty(&report)? + "\n")?;
+        std::fs::rename(&partial, &path)?;
         return write_report(&report, &args.out);
     }
     // The tree as it is when the run starts: edits made while it runs are not what ran.
@@ -296,29 +298,28 @@ fn plan(args: &Args) -> Result<Vec<RoundStep>> {
     if counts.is_empty() || counts.contains(&0) || counts.windows(2).any(|w| w[0] == w[1]) {
         bail!("--calls wants distinct numbers of callers, each at least 1");
     }
-    let for_count = |list: &[f64], what: &str, i: usize| -> Result<f64> {
+    fn for_count<T: Copy>(list: &[T], calls: usize, what: &str, i: usize) -> Result<T> {
         match list {
             [one] => Ok(*one),
-            _ if list.len() == args.calls.len() => Ok(list[i]),
+            _ if list.len() == calls => Ok(list[i]),
             _ => bail!("--{what} wants one value, or one for each of --calls"),
         }
-    };
-    let pair_counts: Vec<f64> = args.rounds.iter().map(|r| *r as f64).collect();
+    }
     let window = Duration::from_secs_f64(args.minutes * 60.0);
     let mut steps = Vec::new();
     for &callers in &counts {
         // The lists follow --calls as given.
         let i = args.calls.iter().position(|c| *c == callers).unwrap_or(0);
-        let alone = for_count(&args.alone_minutes, "alone-minutes", i)?;
+        let alone = for_count(&args.alone_minutes, args.calls.len(), "alone-minutes", i)?;
         steps.push(RoundStep {
             condition: VOICE_ALONE,
             seed: None,
             callers,
             window: Duration::from_secs_f64(alone * 60.0),
         });
-        let pairs = for_count(&pair_counts, "rounds", i)? as u64;
+        let pairs = for_count(&args.rounds, args.calls.len(), "rounds", i)?;
         for r in 0..pairs {
-            let seed = Some(args.seed + r);
+            let seed = Some(args.seed + r as u64);
             let [first, second] = match r % 2 {
                 0 => [MAKE_ROOM_OFF, MAKE_ROOM_ON],
                 _ => [MAKE_ROOM_ON, MAKE_ROOM_OFF],
