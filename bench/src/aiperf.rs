@@ -69,13 +69,12 @@ impl AiPerf {
 
     /// Starts AIPerf on `calls` for round `round` and returns once the engine has its first
     /// request (`started` says so), so that the round's clock starts with the agents' load.
-    /// `seed` makes its prompts: the same in both rounds of a pair.
     pub fn start(
         &self,
         base_url: &str,
         calls: &[AgentCall],
         window: Duration,
-        (round, seed): (usize, u64),
+        round: usize,
         started: impl Fn() -> bool,
     ) -> Result<Running> {
         let dir = self.dir.join(format!("round-{round}"));
@@ -113,7 +112,12 @@ impl AiPerf {
                 "--no-server-metrics",
                 "--no-gpu-telemetry",
             ])
-            .args(["--random-seed", &seed.to_string()])
+            // AIPerf's prompt text comes from its seed: each round its own, as the
+            // replayer opens each round's prompts with its number, or a pair's second round
+            // would find the first's prompts in the engine's prefix cache (a run seeded by
+            // the pair saw its second rounds' agents 3-4 times as fast as its first's). The
+            // pair's rounds share the trace: the sessions' lengths and pauses.
+            .args(["--random-seed", &(1000 + round).to_string()])
             .arg("--use-server-token-count")
             .env("HF_HOME", self.dir.join("hf"))
             .env("HF_HUB_OFFLINE", "1")

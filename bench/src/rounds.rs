@@ -91,16 +91,12 @@ pub fn run_round(plan: &RoundPlan) -> Result<RoundRecord> {
     let engine = &*agent.engine;
     // AIPerf takes seconds to start: the round's clock starts with its first request.
     let aiperf = match aiperf {
-        Some(aiperf) if !sessions.is_empty() => Some(aiperf.start(
-            base_url,
-            sessions,
-            limit,
-            (round, seed.unwrap_or(0)),
-            || {
+        Some(aiperf) if !sessions.is_empty() => {
+            Some(aiperf.start(base_url, sessions, limit, round, || {
                 let state = engine.scheduler_state();
                 state.running + state.waiting > 0
-            },
-        )?),
+            })?)
+        }
         _ => None,
     };
     let round_start = Instant::now();
