@@ -10,7 +10,7 @@ use sublet_bench::plots::PLOTS;
 use sublet_bench::report::{markdown, BenchReport};
 
 /// The committed runs: the default one, and one with AIPerf as the agents' driver.
-const RUNS: &[&str] = &["docs/bench"];
+const RUNS: &[&str] = &["docs/bench", "docs/bench-aiperf"];
 
 fn committed() -> Vec<(BenchReport, PathBuf)> {
     RUNS.iter().map(|run| committed_in(run)).collect()
