@@ -28,8 +28,9 @@ fn filler(seed: usize, tokens: usize) -> String {
 }
 
 /// Replays `trace` against the API at `base_url` (`http://host:port`) until `stop` is set
-/// (each session starting over as a new task when its calls are done); times are measured from `round_start`. `round` (a different
-/// number for each round) keeps rounds from sharing prompts.
+/// (each session starting over as a new task when its calls are done); times are measured
+/// from `round_start`. `round` (a different number for each round) keeps rounds from
+/// sharing prompts.
 pub fn replay(
     base_url: &str,
     trace: &[AgentCall],
@@ -65,6 +66,12 @@ fn session(
         .timeout(Duration::from_secs(600))
         .build();
     let url = format!("{base_url}/v1/chat/completions");
+    let to = Endpoint {
+        agent: &agent,
+        url: &url,
+        stop,
+        round_start,
+    };
     let mut records = Vec::new();
     for task in 0.. {
         if stop.load(Ordering::Relaxed) {
@@ -79,12 +86,6 @@ fn session(
                 "Round {round}, task {task}. You are a coding agent. Continue the code you are given."
             ),
         })];
-        let to = Endpoint {
-            agent: &agent,
-            url: &url,
-            stop,
-            round_start,
-        };
         to.task(number * 100 + task, calls, &mut messages, &mut records);
     }
     records

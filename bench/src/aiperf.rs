@@ -18,7 +18,7 @@ use serde_json::Value;
 
 use crate::mooncake::to_mooncake;
 use crate::stats::AgentCallRecord;
-use crate::trace::AgentCall;
+use crate::trace::{jsonl, AgentCall};
 
 /// The tokenizer's name in the local cache.
 const TOKENIZER: &str = "sublet/engine-tokenizer";
@@ -230,12 +230,7 @@ impl Drop for Running {
 /// requests are left out; a failed request keeps its error.
 pub fn records(text: &str, round_start_ns: u128) -> Result<Vec<AgentCallRecord>> {
     let mut calls = Vec::new();
-    for (n, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let record: Value = serde_json::from_str(line)
-            .with_context(|| format!("AIPerf record {}: not JSON", n + 1))?;
+    for (n, record) in jsonl::<Value>(text, "AIPerf record")? {
         let meta = &record["metadata"];
         if meta["benchmark_phase"].as_str().unwrap_or("profiling") != "profiling" {
             continue;
@@ -243,7 +238,7 @@ pub fn records(text: &str, round_start_ns: u128) -> Result<Vec<AgentCallRecord>>
         let at_s = |key: &str| -> Result<f64> {
             let ns = meta[key]
                 .as_u64()
-                .with_context(|| format!("AIPerf record {}: no {key}", n + 1))?;
+                .with_context(|| format!("AIPerf record {n}: no {key}"))?;
             Ok((i128::from(ns) - round_start_ns as i128) as f64 / 1e9)
         };
         let metric = |key: &str| record["metrics"][key]["value"].as_f64();

@@ -14,10 +14,10 @@
 //! requests with `hash_ids`, the blocks of their prompt; [`from_mooncake`] joins a request
 //! to the session whose last request its blocks extend.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::trace::{sessions, AgentCall};
+use crate::trace::{jsonl, sessions, AgentCall};
 
 /// One line of a Mooncake-style trace.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -82,26 +82,18 @@ pub fn from_mooncake(text: &str, scale: f64) -> Result<Vec<AgentCall>> {
     if !(scale > 0.0 && scale.is_finite()) {
         bail!("the trace's scale must be a positive number, not {scale}");
     }
-    let rows = text
-        .lines()
-        .enumerate()
-        .filter(|(_, line)| !line.trim().is_empty())
-        .map(|(n, line)| {
-            serde_json::from_str::<MooncakeRow>(line)
-                .with_context(|| format!("trace line {}: {line:?}", n + 1))
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let rows = jsonl::<MooncakeRow>(text, "trace line")?;
     let start_ms = rows
         .iter()
-        .filter_map(|r| r.timestamp)
+        .filter_map(|(_, r)| r.timestamp)
         .fold(f64::INFINITY, f64::min);
     let scaled = |tokens: usize| ((tokens as f64 * scale).round() as usize).max(1);
     // Each session's name and its last row.
     let mut open: Vec<(String, MooncakeRow)> = Vec::new();
     let mut calls = Vec::new();
-    for (n, row) in rows.into_iter().enumerate() {
+    for (n, (line, row)) in rows.into_iter().enumerate() {
         let Some(output) = row.output_length.filter(|o| *o > 0) else {
-            bail!("trace line {}: output_length must be at least 1", n + 1);
+            bail!("trace line {line}: output_length must be at least 1");
         };
         let since_ms = |earlier: &MooncakeRow| match (row.delay, row.timestamp, earlier.timestamp) {
             (Some(delay), _, _) => delay,
@@ -129,7 +121,7 @@ pub fn from_mooncake(text: &str, scale: f64) -> Result<Vec<AgentCall>> {
             }
         };
         if !(pause_ms >= 0.0 && pause_ms.is_finite()) {
-            bail!("trace line {}: timestamps and delays must be ≥ 0 ms", n + 1);
+            bail!("trace line {line}: timestamps and delays must be ≥ 0 ms");
         }
         calls.push(AgentCall {
             session: session.clone(),

@@ -19,6 +19,7 @@
 use anyhow::{bail, Context, Result};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 /// One call of a session.
@@ -34,20 +35,26 @@ pub struct AgentCall {
     pub output_tokens: usize,
 }
 
+/// The JSON objects of a JSONL text, each with its line number (from 1), blank lines
+/// skipped; a line that does not parse is an error naming it as `what` and its number.
+pub fn jsonl<T: DeserializeOwned>(text: &str, what: &str) -> Result<Vec<(usize, T)>> {
+    text.lines()
+        .enumerate()
+        .filter(|(_, line)| !line.trim().is_empty())
+        .map(|(n, line)| {
+            let value = serde_json::from_str(line)
+                .with_context(|| format!("{what} {}: {line:?}", n + 1))?;
+            Ok((n + 1, value))
+        })
+        .collect()
+}
+
 /// Reads a trace; a bad line is an error that names it.
 pub fn parse(text: &str) -> Result<Vec<AgentCall>> {
     let mut calls = Vec::new();
-    for (n, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let call: AgentCall = serde_json::from_str(line)
-            .with_context(|| format!("trace line {}: {line:?}", n + 1))?;
+    for (line, call) in jsonl::<AgentCall>(text, "trace line")? {
         if !(call.pause_s >= 0.0 && call.pause_s.is_finite()) || call.output_tokens == 0 {
-            bail!(
-                "trace line {}: pause_s must be ≥ 0 and output_tokens ≥ 1",
-                n + 1
-            );
+            bail!("trace line {line}: pause_s must be ≥ 0 and output_tokens ≥ 1");
         }
         calls.push(call);
     }

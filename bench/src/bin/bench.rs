@@ -145,9 +145,6 @@ fn run(args: Args) -> Result<()> {
         let mut report: BenchReport = serde_json::from_value(value)
             .with_context(|| format!("{} is not a bench summary", path.display()))?;
         report.figures = figures(&report.rounds, report.window_s);
-        let partial = path.with_extension("json.partial");
-        std::fs::write(&partial, serde_json::to_string_pretty(&report)? + "\n")?;
-        std::fs::rename(&partial, &path)?;
         return write_report(&report, &args.out);
     }
     // The tree as it is when the run starts: edits made while it runs are not what ran.
@@ -377,13 +374,16 @@ fn report(args: &Args, commit: Option<String>, rounds: Vec<RoundRecord>) -> Resu
         rounds,
     };
     std::fs::create_dir_all(&args.out)?;
-    let summary = args.out.join("summary.json");
-    std::fs::write(&summary, serde_json::to_string_pretty(&report)? + "\n")?;
     write_report(&report, &args.out)
 }
 
-/// `report.md` and the plots into `dir`, and the table on standard output.
+/// `summary.json` (whole or not at all: written beside it, then renamed), `report.md` and
+/// the plots into `dir`, and the table on standard output.
 fn write_report(report: &BenchReport, dir: &std::path::Path) -> Result<()> {
+    let summary = dir.join("summary.json");
+    let partial = summary.with_extension("json.partial");
+    std::fs::write(&partial, serde_json::to_string_pretty(report)? + "\n")?;
+    std::fs::rename(&partial, &summary)?;
     plots::draw_all(report, dir)?;
     std::fs::write(dir.join("report.md"), markdown(report, &plots::PLOTS))?;
     print_table(report);
