@@ -7,6 +7,9 @@
 //! - [`sentence`]: the streaming sentence splitter (pure);
 //! - [`record`]: each turn's stage times and the table of them;
 //! - [`responder`]: one finished turn answered, stage by stage;
+//! - `history.rs`: a call's conversation so far, as the caller heard it;
+//! - `turn_failure.rs`: a turn's failure kept to the turn (its outcome, the deadline,
+//!   injected faults);
 //! - [`call`]: a recorded call, played in real time as a live one or fast, turn by turn;
 //! - `caller.rs`: the caller's side of every call: detector, early transcript, and the
 //!   [`dispatch`] rules (pure) that turn events into the responder's work and turn hints;
@@ -22,11 +25,13 @@ pub mod call;
 mod caller;
 pub mod dispatch;
 mod early_transcript;
+mod history;
 mod live;
 pub mod playout;
 pub mod record;
 pub mod responder;
 pub mod sentence;
+mod turn_failure;
 
 use std::sync::Arc;
 
@@ -41,10 +46,11 @@ pub use barge_in::InterruptionConfig;
 pub use call::{CallObserver, CallOutcome, Pacing, Quiet, ReplyTrack};
 pub use live::{Interruption, InterruptionOutcome};
 pub use playout::Playout;
-pub use record::{stage_medians, turn_table, TurnRecord, STAGE_NAMES};
+pub use record::{stage_medians, turn_table, TurnOutcome, TurnRecord, STAGE_NAMES};
 pub use responder::{
     AudioOut, FinishedTurn, ReplyCutter, Responder, SpokenSentence, TurnHint, TurnWork,
 };
+pub use turn_failure::TurnFaults;
 
 /// How the agent behaves.
 #[derive(Debug, Clone)]
@@ -85,6 +91,17 @@ pub struct AgentConfig {
     /// Transcribe the caller's words while they speak, every this many seconds of speech,
     /// for a live view ([`CallObserver::partial_transcript`]); each costs a transcription.
     pub partial_transcripts_s: Option<f64>,
+    /// A reply whose first sentence is not ready this long after the end of the turn is
+    /// given up (its request cancelled) and the fallback phrase said: a caller who hears
+    /// nothing for longer hangs up. 8 s by default: ten times a loaded turn's usual wait.
+    /// `None`: wait as long as the reply takes.
+    pub reply_deadline_s: Option<f64>,
+    /// What the agent says when a turn fails before any of its reply was said (a
+    /// transcript, engine or synthesis failure, a late reply); the call goes on. Empty:
+    /// say nothing.
+    pub fallback_phrase: String,
+    /// Faults injected into chosen turns (tests, the soak). None by default.
+    pub faults: TurnFaults,
 }
 
 impl Default for AgentConfig {
@@ -108,6 +125,9 @@ impl Default for AgentConfig {
             preemptive_generation: true,
             early_transcript: true,
             partial_transcripts_s: None,
+            reply_deadline_s: Some(8.0),
+            fallback_phrase: "Sorry, could you say that again?".into(),
+            faults: TurnFaults::default(),
         }
     }
 }

@@ -38,6 +38,38 @@ pub struct TurnRecord {
     /// quiet), so it was made beside Smart Turn's score rather than after it.
     #[serde(default)]
     pub transcript_ahead: bool,
+    /// Whether the caller got the reply, or what failed instead (then `reply` is the
+    /// fallback phrase, or what was said before the failure).
+    #[serde(default)]
+    pub outcome: TurnOutcome,
+    /// The failure's message, for the record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// How a turn ended for the caller. A failed turn is the turn's alone: the agent says its
+/// fallback phrase (when nothing of the reply was said yet) and the call goes on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TurnOutcome {
+    /// The reply was spoken.
+    #[default]
+    Answered,
+    /// The reply's first sentence was not ready by the deadline
+    /// (`AgentConfig::reply_deadline_s`): its request was cancelled.
+    Late,
+    /// The transcriber failed on the turn's audio.
+    TranscriptFailed,
+    /// The engine refused the request or failed during the reply.
+    EngineFailed,
+    /// The reply's speech could not be synthesized.
+    SpeechFailed,
+}
+
+impl TurnOutcome {
+    pub fn answered(self) -> bool {
+        self == TurnOutcome::Answered
+    }
 }
 
 impl TurnRecord {
@@ -132,15 +164,28 @@ pub fn turn_table(turns: &[TurnRecord]) -> String {
         )
     };
     for t in turns {
+        let failure = match t.outcome {
+            TurnOutcome::Answered => String::new(),
+            outcome => format!(" ({outcome:?})"),
+        };
         out.push_str(&row(
             t.index.to_string(),
             format!("{:.2}", t.caller_stop_s),
             t.stage_latencies(),
             t.voice_to_voice_s(),
-            format!("{:?} → {:?}", clip(&t.transcript, 40), clip(&t.reply, 60)),
+            format!(
+                "{:?} → {:?}{failure}",
+                clip(&t.transcript, 40),
+                clip(&t.reply, 60)
+            ),
         ));
     }
-    if let Some((medians, v2v)) = stage_medians(turns) {
+    let answered: Vec<TurnRecord> = turns
+        .iter()
+        .filter(|t| t.outcome.answered())
+        .cloned()
+        .collect();
+    if let Some((medians, v2v)) = stage_medians(&answered) {
         out.push_str(&row(
             "p50".into(),
             String::new(),
@@ -180,6 +225,8 @@ mod tests {
             preemptive_discarded: 0,
             opening_ahead: false,
             transcript_ahead: false,
+            outcome: TurnOutcome::Answered,
+            error: None,
         }
     }
 
@@ -191,6 +238,14 @@ mod tests {
         assert!((t.voice_to_voice_s() - 1.75).abs() < 1e-9);
         let (m, v2v) = stage_medians(&[turn(1.0), turn(5.0), turn(9.0)]).unwrap();
         assert!((m[2] - 0.3).abs() < 1e-9 && (v2v - 1.75).abs() < 1e-9);
-        assert!(turn_table(&[t]).contains("1750"));
+        assert!(turn_table(std::slice::from_ref(&t)).contains("1750"));
+        // A failed turn is shown as such and left out of the medians.
+        let late = TurnRecord {
+            outcome: TurnOutcome::Late,
+            first_audio_s: 60.0,
+            ..turn(1.0)
+        };
+        let table = turn_table(&[t, late]);
+        assert!(table.contains("(Late)") && table.lines().last().unwrap().contains("1750"));
     }
 }

@@ -1,20 +1,24 @@
 //! The reply to one finished turn: transcript → engine → sentences → speech, each stage
 //! timed. Sentences are spoken as soon as they are complete, while the engine goes on.
 
-use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use sublet_audio::Audio;
 use sublet_engine::{
-    ChatRequest, Engine, EngineError, Message, ReplyStream, Role, StreamEvent, VOICE_PRIORITY,
+    ChatRequest, DeadlinePassed, Engine, EngineError, Message, ReplyStream, Role, StreamEvent,
+    VOICE_PRIORITY,
 };
 use sublet_stt::Transcriber;
 use sublet_tts::Voice;
 
 use crate::dispatch::held_reply_stands;
-use crate::record::TurnRecord;
+use crate::history::{ask, forget_from, lock, remember_reply, SharedMemory};
+pub use crate::history::{ReplyCutter, TurnHint};
+use crate::record::{TurnOutcome, TurnRecord};
 use crate::sentence::{ReplyLimit, SentenceSplitter};
+use crate::turn_failure::{AtStage, TurnFailure};
 use crate::AgentConfig;
 
 /// A caller turn the detector judged over.
@@ -49,50 +53,6 @@ pub trait AudioOut {
     fn play(&mut self, at_s: f64, sentence: &SpokenSentence);
 }
 
-/// Both sides of a call so far, shared by the responder, the turn hint and the cutter.
-#[derive(Default)]
-struct Memory {
-    messages: Vec<Message>,
-    /// Where each turn's reply sits in `messages`.
-    reply_at: std::collections::HashMap<usize, usize>,
-    /// Turns the caller cut short, with what they heard of the reply.
-    cut: std::collections::HashMap<usize, String>,
-}
-
-type SharedMemory = Arc<Mutex<Memory>>;
-
-fn lock(memory: &SharedMemory) -> std::sync::MutexGuard<'_, Memory> {
-    memory.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Adds turn `turn`'s reply to the history: what the caller heard of it if they cut it short.
-fn remember_reply(memory: &SharedMemory, turn: usize, reply: &str) {
-    let mut memory = lock(memory);
-    let kept = memory.cut.get(&turn).cloned();
-    let at = memory.messages.len();
-    memory.reply_at.insert(turn, at);
-    let content = kept.unwrap_or_else(|| reply.to_owned());
-    memory.messages.push(Message::new(Role::Assistant, content));
-}
-
-/// Cuts a reply short from another thread (the caller interrupted it): its generation
-/// stops at the next token, which cancels it in the engine and frees its KV, and the
-/// history keeps only what the caller heard.
-#[derive(Clone)]
-pub struct ReplyCutter {
-    memory: SharedMemory,
-}
-
-impl ReplyCutter {
-    pub fn cut(&self, turn: usize, heard: &str) {
-        let mut memory = lock(&self.memory);
-        memory.cut.insert(turn, heard.to_owned());
-        if let Some(at) = memory.reply_at.get(&turn).copied() {
-            memory.messages[at].content = heard.to_owned();
-        }
-    }
-}
-
 /// One call's replier: its models and its chat history.
 pub struct Responder {
     stt: Transcriber,
@@ -111,6 +71,8 @@ pub struct Responder {
     held: Option<HeldReply>,
     /// Held replies of the turn in progress cancelled because the caller went on.
     discarded: usize,
+    /// The fallback phrase's audio, made at the call's first failed turn.
+    fallback_audio: Option<Audio>,
 }
 
 /// A reply generated ahead of the end of the turn (preemptive generation).
@@ -137,6 +99,17 @@ struct Opening {
     ready_at: Instant,
     /// The reply ended within its opening.
     stream_ended: bool,
+}
+
+/// A turn's reply as far as it got, for its record whether it ends well or fails.
+struct Progress {
+    transcript: Option<String>,
+    transcript_s: Option<f64>,
+    /// Where the caller's words were added to the history.
+    asked_at: Option<usize>,
+    first_token_s: Option<f64>,
+    opening_ahead: bool,
+    said: Said,
 }
 
 /// A reply as far as it has been said.
@@ -181,6 +154,7 @@ impl Responder {
             call_id: NEXT_CALL.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             held: None,
             discarded: 0,
+            fallback_audio: None,
         }
     }
 
@@ -188,7 +162,7 @@ impl Responder {
     pub fn handle(&mut self, work: TurnWork, out: &mut dyn AudioOut) -> Result<Option<TurnRecord>> {
         match work {
             TurnWork::Preempt { audio, transcript } => {
-                self.preempt(&audio, transcript)?;
+                self.preempt(&audio, transcript);
                 Ok(None)
             }
             TurnWork::Discard => {
@@ -200,12 +174,24 @@ impl Responder {
         }
     }
 
-    /// Starts the reply to what the caller said so far, and holds it.
-    fn preempt(&mut self, audio: &[f32], transcript: Option<String>) -> Result<()> {
+    /// Starts the reply to what the caller said so far, and holds it. Its failure only
+    /// means nothing is held: the answer starts its own reply when the turn ends.
+    fn preempt(&mut self, audio: &[f32], transcript: Option<String>) {
         self.held = None;
+        if let Err(failure) = self.try_preempt(audio, transcript) {
+            tracing::warn!(error = %failure.error, "no reply started at the stop");
+        }
+    }
+
+    fn try_preempt(
+        &mut self,
+        audio: &[f32],
+        transcript: Option<String>,
+    ) -> Result<(), TurnFailure> {
+        let turn = self.turns + 1;
         let transcript = match transcript {
             Some(text) => text,
-            None => self.stt.transcribe(audio)?,
+            None => self.transcribe(turn, audio)?,
         };
         if transcript.is_empty() {
             return Ok(());
@@ -213,8 +199,8 @@ impl Responder {
         let mut messages = self.turn_hint().conversation();
         messages.push(Message::new(Role::User, transcript.clone()));
         let transcript_at = Instant::now();
-        let mut stream = self.chat(messages)?;
-        let opening = self.read_opening(&mut stream)?;
+        let mut stream = self.chat(turn, messages)?;
+        let opening = self.read_opening(turn, &mut stream, self.deadline(transcript_at))?;
         self.held = Some(HeldReply {
             transcript,
             transcript_at,
@@ -226,12 +212,21 @@ impl Responder {
 
     /// Reads a reply's stream up to its first sentence, and synthesizes that sentence. The
     /// responder's next work (a discard, the answer) waits meanwhile: a few hundred ms, the
-    /// time the answer itself would first spend on the same.
-    fn read_opening(&mut self, stream: &mut ReplyStream) -> Result<Opening> {
+    /// time the answer itself would first spend on the same. At `deadline` it stops reading
+    /// with what it has; the answer goes on from there.
+    fn read_opening(
+        &mut self,
+        turn: usize,
+        stream: &mut ReplyStream,
+        deadline: Option<Instant>,
+    ) -> Result<Opening, TurnFailure> {
         let mut splitter = self.splitter();
         let (mut sentences, mut first_token_at, mut stream_ended) = (Vec::new(), None, false);
         while sentences.is_empty() && !stream_ended {
-            match stream.next_blocking().transpose().context("engine reply")? {
+            let Ok(event) = next_event(stream, deadline) else {
+                break;
+            };
+            match event.transpose().at(TurnOutcome::EngineFailed)? {
                 Some(StreamEvent::Text(text)) => {
                     first_token_at.get_or_insert_with(Instant::now);
                     sentences = splitter.push(&text);
@@ -243,7 +238,7 @@ impl Responder {
         let audio = match sentences.first() {
             Some(first) => {
                 self.engine.first_sentence_out(self.call_id);
-                Some(self.voice.synthesize(&speakable(first))?)
+                Some(self.synthesize(turn, first)?)
             }
             None => None,
         };
@@ -265,13 +260,37 @@ impl Responder {
         }
     }
 
-    fn chat(&self, messages: Vec<Message>) -> Result<ReplyStream, EngineError> {
-        self.engine.chat(ChatRequest {
-            priority: VOICE_PRIORITY,
-            session: Some(self.call_id),
-            repetition: self.config.repetition,
-            ..ChatRequest::new(messages, self.config.max_reply_tokens)
-        })
+    /// When a reply started at `from` must have its first sentence.
+    fn deadline(&self, from: Instant) -> Option<Instant> {
+        self.config
+            .reply_deadline_s
+            .map(|s| from + Duration::from_secs_f64(s))
+    }
+
+    fn transcribe(&mut self, turn: usize, audio: &[f32]) -> Result<String, TurnFailure> {
+        self.config
+            .faults
+            .check(turn, TurnOutcome::TranscriptFailed)?;
+        self.stt.transcribe(audio).at(TurnOutcome::TranscriptFailed)
+    }
+
+    fn chat(&self, turn: usize, messages: Vec<Message>) -> Result<ReplyStream, TurnFailure> {
+        self.config.faults.check(turn, TurnOutcome::EngineFailed)?;
+        self.engine
+            .chat(ChatRequest {
+                priority: VOICE_PRIORITY,
+                session: Some(self.call_id),
+                repetition: self.config.repetition,
+                ..ChatRequest::new(messages, self.config.max_reply_tokens)
+            })
+            .at(TurnOutcome::EngineFailed)
+    }
+
+    fn synthesize(&mut self, turn: usize, sentence: &str) -> Result<Audio, TurnFailure> {
+        self.config.faults.check(turn, TurnOutcome::SpeechFailed)?;
+        self.voice
+            .synthesize(&speakable(sentence))
+            .at(TurnOutcome::SpeechFailed)
     }
 
     /// A handle that sends this call's turn hint from another thread.
@@ -292,7 +311,9 @@ impl Responder {
         }
     }
 
-    /// Replies to a turn. `None` when the turn held no words (a noise, a cough).
+    /// Replies to a turn. `None` when the turn held no words (a noise, a cough). A failure
+    /// on the way is the turn's: it is recorded, the fallback phrase is said when nothing
+    /// of the reply was, and the call goes on.
     pub fn respond(
         &mut self,
         turn: FinishedTurn,
@@ -311,74 +332,154 @@ impl Responder {
         let preemptive = self.held.is_some();
         let preemptive_discarded = std::mem::take(&mut self.discarded);
         let turn_index = self.turns + 1;
-        let (transcript, transcript_s, mut stream, opening) = match self.held.take() {
+        let mut progress = Progress {
+            transcript: None,
+            transcript_s: None,
+            asked_at: None,
+            first_token_s: None,
+            opening_ahead: false,
+            said: Said {
+                limit: ReplyLimit::new(self.config.max_reply_sentences),
+                spoken: Vec::new(),
+                first_sentence_s: None,
+                first_audio_s: None,
+                ended: false,
+            },
+        };
+        let failure = match self.reply(&turn, turn_index, &mut progress, out, &call_time) {
+            Ok(false) => return Ok(None),
+            Ok(true) => None,
+            Err(failure) => Some(failure),
+        };
+        let Progress {
+            transcript,
+            transcript_s,
+            asked_at,
+            first_token_s,
+            opening_ahead,
+            mut said,
+        } = progress;
+        let mut reply = said.spoken.join(" ").trim().to_string();
+        // Stages a failure skipped end here, before any fallback goes out.
+        let now = call_time(Instant::now());
+        match &failure {
+            Some(failure) if said.spoken.is_empty() => {
+                tracing::warn!(turn = turn_index, error = %failure.error, "turn failed");
+                // The history goes on as if the turn had not been asked.
+                if let Some(at) = asked_at {
+                    forget_from(&self.memory, at);
+                }
+                if let Some(at) = self.say_fallback(turn_index, out, &call_time) {
+                    reply = self.config.fallback_phrase.clone();
+                    said.first_audio_s = Some(at);
+                }
+            }
+            _ => remember_reply(&self.memory, turn_index, &reply),
+        }
+        self.turns = turn_index;
+        Ok(Some(TurnRecord {
+            index: self.turns,
+            transcript: transcript.unwrap_or_default(),
+            reply,
+            caller_stop_s: turn.caller_stop_s,
+            end_of_turn_s: turn.end_of_turn_s,
+            transcript_s: transcript_s.unwrap_or(now),
+            first_token_s: first_token_s.unwrap_or(now),
+            first_sentence_s: said.first_sentence_s.unwrap_or(now),
+            first_audio_s: said
+                .first_audio_s
+                .unwrap_or_else(|| call_time(Instant::now())),
+            end_of_turn_score: turn.end_of_turn_score,
+            preemptive,
+            preemptive_discarded,
+            opening_ahead,
+            transcript_ahead: turn.transcript_ahead,
+            outcome: failure
+                .as_ref()
+                .map_or(TurnOutcome::Answered, |f| f.outcome),
+            error: failure.map(|f| f.error),
+        }))
+    }
+
+    /// The reply itself, noting its progress as it goes; `false` when the turn held no
+    /// words.
+    fn reply(
+        &mut self,
+        turn: &FinishedTurn,
+        turn_index: usize,
+        p: &mut Progress,
+        out: &mut dyn AudioOut,
+        call_time: &dyn Fn(Instant) -> f64,
+    ) -> Result<bool, TurnFailure> {
+        let (mut stream, opening) = match self.held.take() {
             Some(held) => {
-                let user = Message::new(Role::User, held.transcript.clone());
-                lock(&self.memory).messages.push(user);
-                let at = call_time(held.transcript_at);
-                (held.transcript, at, held.stream, Some(held.opening))
+                p.transcript_s = Some(call_time(held.transcript_at));
+                p.asked_at = Some(ask(&self.memory, &held.transcript));
+                p.transcript = Some(held.transcript);
+                (held.stream, Some(held.opening))
             }
             None => {
                 let transcript = match &turn.transcript {
                     Some(text) => text.clone(),
-                    None => self.stt.transcribe(&turn.audio)?,
+                    None => self.transcribe(turn_index, &turn.audio)?,
                 };
-                let transcript_s = call_time(Instant::now());
+                p.transcript_s = Some(call_time(Instant::now()));
                 if transcript.is_empty() {
-                    return Ok(None);
+                    return Ok(false);
                 }
-                let user = Message::new(Role::User, transcript.clone());
-                lock(&self.memory).messages.push(user);
-                let stream = self.chat(self.turn_hint().conversation())?;
-                (transcript, transcript_s, stream, None)
+                p.asked_at = Some(ask(&self.memory, &transcript));
+                p.transcript = Some(transcript);
+                let stream = self.chat(turn_index, self.turn_hint().conversation())?;
+                (stream, None)
             }
         };
-
-        let mut said = Said {
-            limit: ReplyLimit::new(self.config.max_reply_sentences),
-            spoken: Vec::new(),
-            first_sentence_s: None,
-            first_audio_s: None,
-            ended: false,
-        };
-        let (mut splitter, mut first_token_s, mut stream_ended) = (self.splitter(), None, false);
-        let opening_ahead = opening
-            .as_ref()
-            .is_some_and(|o| o.audio.is_some() && o.ready_at <= turn.judged_at);
+        let (mut splitter, mut stream_ended) = (self.splitter(), false);
         if let Some(opening) = opening {
+            p.opening_ahead = opening.audio.is_some() && opening.ready_at <= turn.judged_at;
             splitter = opening.splitter;
-            first_token_s = opening.first_token_at.map(call_time);
+            p.first_token_s = opening.first_token_at.map(call_time);
             stream_ended = opening.stream_ended;
             let mut audio = opening.audio;
             for sentence in opening.sentences {
                 let made_at = opening.first_sentence_at;
+                let said = &mut p.said;
                 if !self.say(
                     turn_index,
                     sentence,
                     audio.take(),
                     made_at,
-                    &mut said,
+                    said,
                     out,
-                    &call_time,
+                    call_time,
                 )? {
                     break;
                 }
             }
         }
+        // Until its first sentence is out, the reply races the deadline.
+        let deadline = self.deadline(turn.judged_at);
         let cut = |memory: &SharedMemory| lock(memory).cut.contains_key(&turn_index);
-        'reply: while !said.ended && !stream_ended {
-            let Some(event) = stream.next_blocking() else {
-                break;
+        'reply: while !p.said.ended && !stream_ended {
+            let deadline = deadline.filter(|_| p.said.first_sentence_s.is_none());
+            let event = match next_event(&mut stream, deadline) {
+                Ok(Some(event)) => event,
+                Ok(None) => break,
+                // Dropping the stream cancels the request in the engine.
+                Err(DeadlinePassed) => {
+                    let deadline_s = self.config.reply_deadline_s.unwrap_or_default();
+                    return Err(TurnFailure::late(deadline_s));
+                }
             };
             if cut(&self.memory) {
                 break; // dropping the stream cancels the request in the engine
             }
-            match event.context("engine reply")? {
+            match event.at(TurnOutcome::EngineFailed)? {
                 StreamEvent::Text(text) => {
-                    first_token_s.get_or_insert_with(|| call_time(Instant::now()));
+                    p.first_token_s
+                        .get_or_insert_with(|| call_time(Instant::now()));
                     for sentence in splitter.push(&text) {
-                        let now = Instant::now();
-                        if !self.say(turn_index, sentence, None, now, &mut said, out, &call_time)? {
+                        let (now, said) = (Instant::now(), &mut p.said);
+                        if !self.say(turn_index, sentence, None, now, said, out, call_time)? {
                             break 'reply;
                         }
                     }
@@ -389,44 +490,38 @@ impl Responder {
         drop(stream);
         if let Some(rest) = splitter
             .finish()
-            .filter(|_| !said.ended && !cut(&self.memory))
+            .filter(|_| !p.said.ended && !cut(&self.memory))
         {
-            self.say(
-                turn_index,
-                rest,
-                None,
-                Instant::now(),
-                &mut said,
-                out,
-                &call_time,
-            )?;
+            let (now, said) = (Instant::now(), &mut p.said);
+            self.say(turn_index, rest, None, now, said, out, call_time)?;
         }
-        let Said {
-            spoken,
-            first_sentence_s,
-            first_audio_s,
-            ..
-        } = said;
-        let reply = spoken.join(" ").trim().to_string();
-        remember_reply(&self.memory, turn_index, &reply);
-        self.turns = turn_index;
-        let now = call_time(Instant::now());
-        Ok(Some(TurnRecord {
-            index: self.turns,
-            transcript,
-            reply,
-            caller_stop_s: turn.caller_stop_s,
-            end_of_turn_s: turn.end_of_turn_s,
-            transcript_s,
-            first_token_s: first_token_s.unwrap_or(now),
-            first_sentence_s: first_sentence_s.unwrap_or(now),
-            first_audio_s: first_audio_s.unwrap_or(now),
-            end_of_turn_score: turn.end_of_turn_score,
-            preemptive,
-            preemptive_discarded,
-            opening_ahead,
-            transcript_ahead: turn.transcript_ahead,
-        }))
+        Ok(true)
+    }
+
+    /// Says the fallback phrase (synthesized once per call); the call time it went out.
+    fn say_fallback(
+        &mut self,
+        turn: usize,
+        out: &mut dyn AudioOut,
+        call_time: &dyn Fn(Instant) -> f64,
+    ) -> Option<f64> {
+        let phrase = self.config.fallback_phrase.clone();
+        if phrase.is_empty() {
+            return None;
+        }
+        if self.fallback_audio.is_none() {
+            match self.voice.synthesize(&phrase) {
+                Ok(audio) => self.fallback_audio = Some(audio),
+                Err(e) => {
+                    tracing::warn!(error = %e, "the fallback phrase could not be synthesized");
+                    return None;
+                }
+            }
+        }
+        let audio = self.fallback_audio.clone();
+        self.speak(turn, &phrase, audio, out, call_time)
+            .ok()
+            .flatten()
     }
 
     /// Says one sentence of a reply, made at `made_at`, unless the reply's limit ends it
@@ -441,7 +536,7 @@ impl Responder {
         said: &mut Said,
         out: &mut dyn AudioOut,
         call_time: &dyn Fn(Instant) -> f64,
-    ) -> Result<bool> {
+    ) -> Result<bool, TurnFailure> {
         if !said.limit.admit(&sentence) {
             said.ended = true;
             return Ok(false);
@@ -466,10 +561,10 @@ impl Responder {
         audio: Option<Audio>,
         out: &mut dyn AudioOut,
         call_time: &dyn Fn(Instant) -> f64,
-    ) -> Result<Option<f64>> {
+    ) -> Result<Option<f64>, TurnFailure> {
         let audio = match audio {
             Some(audio) => audio,
-            None => self.voice.synthesize(&speakable(sentence))?,
+            None => self.synthesize(turn, sentence)?,
         };
         if audio.samples.is_empty() {
             return Ok(None);
@@ -489,30 +584,14 @@ impl Responder {
     }
 }
 
-/// Sends a call's turn hint: the moment the caller stops speaking, before the end of their
-/// turn is certain, the engine hears that a turn is coming.
-#[derive(Clone)]
-pub struct TurnHint {
-    engine: Arc<Engine>,
-    call_id: u64,
-    system_prompt: String,
-    history_messages: usize,
-    memory: SharedMemory,
-}
-
-impl TurnHint {
-    /// The system prompt and the call's latest messages.
-    fn conversation(&self) -> Vec<Message> {
-        let memory = lock(&self.memory);
-        let history = &memory.messages;
-        let keep = history.len().saturating_sub(self.history_messages);
-        let mut messages = vec![Message::new(Role::System, self.system_prompt.clone())];
-        messages.extend_from_slice(&history[keep..]);
-        messages
-    }
-
-    pub fn send(&self) -> Result<(), EngineError> {
-        self.engine.turn_hint(self.call_id, self.conversation())
+/// The stream's next event, unless `deadline` passes first.
+fn next_event(
+    stream: &mut ReplyStream,
+    deadline: Option<Instant>,
+) -> Result<Option<Result<StreamEvent, EngineError>>, DeadlinePassed> {
+    match deadline {
+        Some(deadline) => stream.next_before(deadline),
+        None => Ok(stream.next_blocking()),
     }
 }
 
@@ -522,33 +601,4 @@ fn speakable(text: &str) -> String {
         .filter(|c| !matches!(c, '*' | '#' | '`' | '_' | '~' | '|' | '<' | '>'))
         .filter(|c| (*c as u32) < 0x1F000)
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn replies(memory: &SharedMemory) -> Vec<String> {
-        lock(memory)
-            .messages
-            .iter()
-            .map(|m| m.content.clone())
-            .collect()
-    }
-
-    #[test]
-    fn the_history_keeps_only_what_the_caller_heard() {
-        let memory = SharedMemory::default();
-        let cutter = ReplyCutter {
-            memory: memory.clone(),
-        };
-        // Cut while its generation still runs: the reply is remembered as heard.
-        cutter.cut(1, "Once upon a");
-        remember_reply(&memory, 1, "Once upon a time, there was a dragon.");
-        // Cut after it was remembered: the message is shortened in place.
-        remember_reply(&memory, 2, "It is Rome. It has seven hills.");
-        cutter.cut(2, "It is Rome.");
-        remember_reply(&memory, 3, "Goodbye.");
-        assert_eq!(replies(&memory), ["Once upon a", "It is Rome.", "Goodbye."]);
-    }
 }

@@ -95,8 +95,10 @@ pub fn figures(calls: &[PlayedCall]) -> LatencyFigures {
             .filter(|&&t| inside_a_turn(&call.script, t))
             .count();
         for scripted in &call.script {
+            // A failed turn (its fallback said) is a missed one.
             let at_end = call.turns.iter().find(|r| {
-                r.caller_stop_s >= scripted.end_s - END_SLACK_S
+                r.outcome.answered()
+                    && r.caller_stop_s >= scripted.end_s - END_SLACK_S
                     && r.caller_stop_s <= scripted.end_s + END_SLACK_S
             });
             match at_end {
@@ -309,6 +311,8 @@ mod tests {
             preemptive_discarded: 0,
             opening_ahead: false,
             transcript_ahead: false,
+            outcome: sublet_agent::TurnOutcome::Answered,
+            error: None,
         }
     }
 

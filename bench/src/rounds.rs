@@ -258,13 +258,17 @@ impl Recording {
 }
 
 /// Each utterance's turn: the first answered turn whose caller stop is near the
-/// utterance's end; none is a failed turn.
+/// utterance's end; none (or one whose reply failed or came too late, its fallback said)
+/// is a failed turn.
 fn match_turns(call: &str, utterance_ends: &[f64], turns: &[TurnRecord]) -> Vec<VoiceTurn> {
     utterance_ends
         .iter()
         .enumerate()
         .map(|(utterance, end_s)| {
-            let turn = turns.iter().find(|t| (t.caller_stop_s - end_s).abs() < 1.0);
+            let turn = turns
+                .iter()
+                .find(|t| (t.caller_stop_s - end_s).abs() < 1.0)
+                .filter(|t| t.outcome.answered());
             VoiceTurn {
                 call: call.to_owned(),
                 utterance,

@@ -27,7 +27,7 @@ use sublet_models::{MissingModel, ModelCache};
 
 pub use error::{EngineError, LoadError};
 use stream::StopCut;
-pub use stream::{Finish, FinishReason, ReplyStream, StreamEvent};
+pub use stream::{DeadlinePassed, Finish, FinishReason, ReplyStream, StreamEvent};
 pub use tokens::TokenCounter;
 
 pub use sublet_make_room as make_room;

@@ -68,6 +68,19 @@ pub struct ReplyStream {
     finished: bool,
 }
 
+/// Wakes the thread waiting in [`ReplyStream::next_before`].
+struct Unpark(std::thread::Thread);
+
+impl std::task::Wake for Unpark {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// [`ReplyStream::next_before`] reached its deadline with no event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeadlinePassed;
+
 impl ReplyStream {
     /// Forwards the engine's bounded channel into an unbounded one, so a slow reader never
     /// holds up the engine's step loop.
@@ -113,6 +126,31 @@ impl ReplyStream {
         let item = self.rx.blocking_recv();
         self.note(&item);
         item
+    }
+
+    /// Waits for the next event until `deadline` (blocking); the stream stays usable after
+    /// the deadline passes. The thread parks between events as `next_blocking`'s does, with
+    /// no timer of the engine's runtime per event.
+    pub fn next_before(
+        &mut self,
+        deadline: std::time::Instant,
+    ) -> Result<Option<Result<StreamEvent, EngineError>>, DeadlinePassed> {
+        if self.finished {
+            return Ok(None);
+        }
+        let waker = std::task::Waker::from(std::sync::Arc::new(Unpark(std::thread::current())));
+        let mut cx = std::task::Context::from_waker(&waker);
+        loop {
+            if let std::task::Poll::Ready(item) = self.rx.poll_recv(&mut cx) {
+                self.note(&item);
+                return Ok(item);
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Err(DeadlinePassed);
+            }
+            std::thread::park_timeout(left);
+        }
     }
 
     /// Waits for the next event, asynchronously.

@@ -29,22 +29,30 @@ fn whisper_transcribes_jfk() {
 
 #[test]
 fn piper_speech_is_transcribed_back() {
+    // The voice samples noise inside the model (VITS), so each synthesis differs and
+    // Whisper now and then mishears a word ("weather" → "water"): the median of three
+    // syntheses is judged.
     let sentence = "The weather today is sunny with a light breeze from the west.";
     let mut voice = Voice::load(&cache()).unwrap();
-    let speech = voice.synthesize(sentence).unwrap();
-    assert_eq!(speech.rate, 22_050);
-    assert!(
-        speech.duration_s() > 2.0,
-        "{} s of speech",
-        speech.duration_s()
-    );
     let mut stt = Transcriber::load(&cache()).unwrap();
-    let text = stt
-        .transcribe(&speech.resampled(SPEECH_RATE).samples)
-        .unwrap();
-    let wer = word_error_rate(sentence, &text);
-    println!("piper → whisper: {text:?} (WER {wer:.3})");
-    assert!(wer < 0.20, "WER {wer:.3}: {text:?}");
+    let mut wers = Vec::new();
+    for _ in 0..3 {
+        let speech = voice.synthesize(sentence).unwrap();
+        assert_eq!(speech.rate, 22_050);
+        assert!(
+            speech.duration_s() > 2.0,
+            "{} s of speech",
+            speech.duration_s()
+        );
+        let text = stt
+            .transcribe(&speech.resampled(SPEECH_RATE).samples)
+            .unwrap();
+        let wer = word_error_rate(sentence, &text);
+        println!("piper → whisper: {text:?} (WER {wer:.3})");
+        wers.push(wer);
+    }
+    wers.sort_by(f64::total_cmp);
+    assert!(wers[1] < 0.20, "median WER {:.3} of {wers:?}", wers[1]);
 }
 
 #[test]
