@@ -17,7 +17,7 @@ use crate::dispatch::held_reply_stands;
 use crate::history::{ask, forget_from, lock, remember_reply, SharedMemory};
 pub use crate::history::{ReplyCutter, TurnHint};
 use crate::record::{TurnOutcome, TurnRecord};
-use crate::sentence::{ReplyLimit, SentenceSplitter};
+use crate::sentence::{speakable, ReplyLimit, SentenceSplitter};
 use crate::turn_failure::{AtStage, TurnFailure};
 use crate::AgentConfig;
 
@@ -110,6 +110,25 @@ struct Progress {
     first_token_s: Option<f64>,
     opening_ahead: bool,
     said: Said,
+}
+
+impl Progress {
+    fn new(limit: ReplyLimit) -> Self {
+        Self {
+            transcript: None,
+            transcript_s: None,
+            asked_at: None,
+            first_token_s: None,
+            opening_ahead: false,
+            said: Said {
+                limit,
+                spoken: Vec::new(),
+                first_sentence_s: None,
+                first_audio_s: None,
+                ended: false,
+            },
+        }
+    }
 }
 
 /// A reply as far as it has been said.
@@ -332,20 +351,7 @@ impl Responder {
         let preemptive = self.held.is_some();
         let preemptive_discarded = std::mem::take(&mut self.discarded);
         let turn_index = self.turns + 1;
-        let mut progress = Progress {
-            transcript: None,
-            transcript_s: None,
-            asked_at: None,
-            first_token_s: None,
-            opening_ahead: false,
-            said: Said {
-                limit: ReplyLimit::new(self.config.max_reply_sentences),
-                spoken: Vec::new(),
-                first_sentence_s: None,
-                first_audio_s: None,
-                ended: false,
-            },
-        };
+        let mut progress = Progress::new(ReplyLimit::new(self.config.max_reply_sentences));
         let failure = match self.reply(&turn, turn_index, &mut progress, out, &call_time) {
             Ok(false) => return Ok(None),
             Ok(true) => None,
@@ -593,12 +599,4 @@ fn next_event(
         Some(deadline) => stream.next_before(deadline),
         None => Ok(stream.next_blocking()),
     }
-}
-
-/// Drops what a voice cannot say: markdown marks and emoji.
-fn speakable(text: &str) -> String {
-    text.chars()
-        .filter(|c| !matches!(c, '*' | '#' | '`' | '_' | '~' | '|' | '<' | '>'))
-        .filter(|c| (*c as u32) < 0x1F000)
-        .collect()
 }

@@ -242,6 +242,14 @@ pub fn words(text: &str) -> impl Iterator<Item = String> + '_ {
         .filter(|w| !w.is_empty())
 }
 
+/// Drops what a voice cannot say: markdown marks and emoji.
+pub(crate) fn speakable(text: &str) -> String {
+    text.chars()
+        .filter(|c| !matches!(c, '*' | '#' | '`' | '_' | '~' | '|' | '<' | '>'))
+        .filter(|c| (*c as u32) < 0x1F000)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

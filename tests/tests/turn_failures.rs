@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sublet_agent::{AgentConfig, Pacing, Quiet, TurnFaults, TurnOutcome, VoiceAgent};
+use sublet_agent::{AgentConfig, CallOutcome, Pacing, Quiet, TurnFaults, TurnOutcome, VoiceAgent};
 use sublet_audio::{read_wav, SPEECH_RATE};
 use sublet_engine::make_room::{PolicyConfig, Switches};
 use sublet_engine::{Engine, EngineConfig};
@@ -14,7 +14,6 @@ use sublet_stt::{word_error_rate, Transcriber};
 #[test]
 fn an_engine_or_speech_failure_is_answered_with_the_fallback_and_the_call_goes_on() {
     let cache = ModelCache::from_env();
-    let call = read_wav(cache.call("three_turns.wav").unwrap()).unwrap();
     let config = AgentConfig {
         faults: TurnFaults {
             engine: vec![1],
@@ -25,12 +24,8 @@ fn an_engine_or_speech_failure_is_answered_with_the_fallback_and_the_call_goes_o
     };
     let fallback = config.fallback_phrase.clone();
     let agent = VoiceAgent::load(cache.clone(), config).unwrap();
-    let outcome = agent
-        .answer_recording(&call, Pacing::Fast, SPEECH_RATE, &mut Quiet)
-        .unwrap();
+    let outcome = three_turn_call(&agent);
     let turns = &outcome.turns;
-    println!("{}", sublet_agent::turn_table(turns));
-    assert_eq!(turns.len(), 3, "{turns:#?}");
     let outcomes: Vec<TurnOutcome> = turns.iter().map(|t| t.outcome).collect();
     assert_eq!(
         outcomes,
@@ -74,7 +69,6 @@ fn an_engine_or_speech_failure_is_answered_with_the_fallback_and_the_call_goes_o
 #[test]
 fn a_reply_later_than_its_deadline_is_given_up_for_the_fallback() {
     let cache = ModelCache::from_env();
-    let call = read_wav(cache.call("three_turns.wav").unwrap()).unwrap();
     // No first sentence is ready a millisecond after the end of a turn.
     let config = AgentConfig {
         reply_deadline_s: Some(0.001),
@@ -91,12 +85,8 @@ fn a_reply_later_than_its_deadline_is_given_up_for_the_fallback() {
     })
     .unwrap();
     let agent = VoiceAgent::with_engine(cache, Arc::new(engine), config);
-    let outcome = agent
-        .answer_recording(&call, Pacing::Fast, SPEECH_RATE, &mut Quiet)
-        .unwrap();
+    let outcome = three_turn_call(&agent);
     let turns = &outcome.turns;
-    println!("{}", sublet_agent::turn_table(turns));
-    assert_eq!(turns.len(), 3, "{turns:#?}");
     for turn in turns {
         assert_eq!(turn.outcome, TurnOutcome::Late, "{turn:?}");
         assert_eq!(turn.reply, fallback, "{turn:?}");
@@ -113,4 +103,15 @@ fn a_reply_later_than_its_deadline_is_given_up_for_the_fallback() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!(in_engine(), 0, "{:?}", agent.engine.scheduler_state());
+}
+
+/// three_turns.wav through `agent`, turn by turn; its three turns each get a record.
+fn three_turn_call(agent: &VoiceAgent) -> CallOutcome {
+    let call = read_wav(agent.cache.call("three_turns.wav").unwrap()).unwrap();
+    let outcome = agent
+        .answer_recording(&call, Pacing::Fast, SPEECH_RATE, &mut Quiet)
+        .unwrap();
+    println!("{}", sublet_agent::turn_table(&outcome.turns));
+    assert_eq!(outcome.turns.len(), 3, "{:#?}", outcome.turns);
+    outcome
 }
