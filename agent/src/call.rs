@@ -72,6 +72,8 @@ pub trait CallObserver: Send {
     /// What the caller has said so far of the turn in progress (a live call, when
     /// `AgentConfig::partial_transcripts_s` is set).
     fn partial_transcript(&mut self, _text: &str) {}
+    /// The call is over, and why (said by whatever ran it: a room call, a recording).
+    fn call_ended(&mut self, _reason: &str) {}
 }
 
 /// Observes nothing.

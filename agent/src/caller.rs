@@ -152,6 +152,7 @@ impl Caller {
             speech_end_s,
             decided_s,
             end_of_turn_score,
+            capped,
             audio,
             ..
         } = event
@@ -173,6 +174,7 @@ impl Caller {
             end_of_turn_s,
             judged_at: Instant::now(),
             end_of_turn_score,
+            capped,
             audio,
             transcript,
             transcript_ahead,

@@ -135,6 +135,7 @@ mod tests {
             speech_end_s,
             decided_s,
             end_of_turn_score: Some(0.2),
+            capped: false,
             audio: Vec::new(),
         }
     }

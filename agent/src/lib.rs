@@ -22,6 +22,7 @@
 
 pub mod barge_in;
 pub mod call;
+pub mod call_log;
 mod caller;
 pub mod dispatch;
 mod early_transcript;

@@ -38,6 +38,10 @@ pub struct TurnRecord {
     /// quiet), so it was made beside Smart Turn's score rather than after it.
     #[serde(default)]
     pub transcript_ahead: bool,
+    /// The caller was still speaking at the turn cap (`EndpointConfig::max_turn_s`): the
+    /// turn was ended there and answered, and what they said after it is the next turn.
+    #[serde(default)]
+    pub capped: bool,
     /// Whether the caller got the reply, or what failed instead (then `reply` is the
     /// fallback phrase, or what was said before the failure).
     #[serde(default)]
@@ -167,7 +171,7 @@ pub fn turn_table(turns: &[TurnRecord]) -> String {
         let failure = match t.outcome {
             TurnOutcome::Answered => String::new(),
             outcome => format!(" ({outcome:?})"),
-        };
+        } + if t.capped { " (capped)" } else { "" };
         out.push_str(&row(
             t.index.to_string(),
             format!("{:.2}", t.caller_stop_s),
@@ -225,6 +229,7 @@ mod tests {
             preemptive_discarded: 0,
             opening_ahead: false,
             transcript_ahead: false,
+            capped: false,
             outcome: TurnOutcome::Answered,
             error: None,
         }

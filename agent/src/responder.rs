@@ -30,6 +30,8 @@ pub struct FinishedTurn {
     /// The same moment on this machine's clock: later stages are timed from it.
     pub judged_at: Instant,
     pub end_of_turn_score: Option<f32>,
+    /// The turn cap ended it while the caller still spoke.
+    pub capped: bool,
     /// The caller's audio for the turn, 16 kHz.
     pub audio: Vec<f32>,
     /// The turn's transcript, when it was taken before the end of the turn.
@@ -400,6 +402,7 @@ impl Responder {
             preemptive_discarded,
             opening_ahead,
             transcript_ahead: turn.transcript_ahead,
+            capped: turn.capped,
             outcome: failure
                 .as_ref()
                 .map_or(TurnOutcome::Answered, |f| f.outcome),

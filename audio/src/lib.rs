@@ -69,9 +69,14 @@ pub enum AudioError {
 /// hertz asks for gigabytes.
 pub const WAV_RATES: std::ops::RangeInclusive<u32> = 1_000..=384_000;
 
+/// The largest WAV file read: its samples are held as f32 (up to four times its size, and
+/// once more mixed down), and a recorded call of hours is far smaller.
+pub const MAX_WAV_BYTES: u64 = 512 << 20;
+
 /// Reads a WAV file of any rate in [`WAV_RATES`], channel count and sample format
 /// (8/16/24/32-bit integer or 32-bit float), mixed down to mono. A WAV written as a stream
 /// (its data length left at 0xFFFFFFFF), or cut short, is read to the end of the file.
+/// Files over [`MAX_WAV_BYTES`] are refused.
 pub fn read_wav(path: impl AsRef<Path>) -> Result<Audio, AudioError> {
     let path = path.as_ref();
     let shown = path.display().to_string();
@@ -79,7 +84,26 @@ pub fn read_wav(path: impl AsRef<Path>) -> Result<Audio, AudioError> {
         path: shown.clone(),
         reason,
     };
+    let size = std::fs::metadata(path)
+        .map_err(|e| not_wav(e.to_string()))?
+        .len();
+    if size > MAX_WAV_BYTES {
+        return Err(not_wav(format!(
+            "{} MiB; WAV files over {} MiB are refused",
+            size >> 20,
+            MAX_WAV_BYTES >> 20
+        )));
+    }
     let bytes = std::fs::read(path).map_err(|e| not_wav(e.to_string()))?;
+    wav_from_bytes(bytes, &shown)
+}
+
+/// Decodes a WAV file's bytes as [`read_wav`] does; `shown` names it in errors.
+pub fn wav_from_bytes(bytes: Vec<u8>, shown: &str) -> Result<Audio, AudioError> {
+    let not_wav = |reason: String| AudioError::NotWav {
+        path: shown.to_owned(),
+        reason,
+    };
     let reader = hound::WavReader::new(std::io::Cursor::new(data_to_end_of_file(bytes)))
         .map_err(|e| not_wav(e.to_string()))?;
     let spec = reader.spec();
@@ -120,7 +144,9 @@ pub fn read_wav(path: impl AsRef<Path>) -> Result<Audio, AudioError> {
     };
     let channels = spec.channels as usize;
     if interleaved.len() < channels {
-        return Err(AudioError::Empty { path: shown });
+        return Err(AudioError::Empty {
+            path: shown.to_owned(),
+        });
     }
     let samples = interleaved
         .chunks_exact(channels)

@@ -25,6 +25,7 @@ pub mod plots;
 pub mod report;
 pub mod room_calls;
 pub mod rounds;
+pub mod soak;
 pub mod stats;
 pub mod test_callers;
 pub mod trace;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 use sublet_agent::{CallObserver, TurnRecord, VoiceAgent};
-use sublet_livekit::LiveKitAgent;
+use sublet_livekit::{CallOptions, LiveKitAgent};
 use sublet_livekit_testserver::TestServer;
 use sublet_tests::official_clients::{livekit_caller, room_token};
 
@@ -52,7 +52,8 @@ pub fn play_in_room(
     });
     let credentials = server.credentials();
     let token = credentials.agent_token(room, "sublet-agent")?;
-    let answered = agent.answer_room(runtime, &credentials.url, &token, observer);
+    let options = CallOptions::default();
+    let answered = agent.answer_room(runtime, &credentials.url, &token, &options, observer);
     let (ok, events) = match caller.join() {
         Ok(result) => result,
         Err(_) => bail!("the caller's thread panicked"),

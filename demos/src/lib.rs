@@ -3,6 +3,7 @@
 //! and the timeline they keep as a call goes, and how they exit.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -16,7 +17,24 @@ use sublet_models::ModelCache;
 use sublet_turn_detect::TurnEvent;
 
 mod timeline;
+pub use sublet_agent::call_log::{read_call_record, CallLog, CallRecord};
 pub use timeline::{Recorded, TimelineFile};
+
+/// Where calls' records go: `SUBLET_RECORDS`, else `$XDG_STATE_HOME/sublet/calls`, else
+/// `~/.local/state/sublet/calls`, else `records` here.
+pub fn default_records_dir() -> PathBuf {
+    let env = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+    if let Some(dir) = env("SUBLET_RECORDS") {
+        return dir.into();
+    }
+    if let Some(state) = env("XDG_STATE_HOME") {
+        return PathBuf::from(state).join("sublet/calls");
+    }
+    match env("HOME") {
+        Some(home) => PathBuf::from(home).join(".local/state/sublet/calls"),
+        None => "records".into(),
+    }
+}
 
 /// The engine's scheduler: mistral.rs's own (the default), or make-room's.
 #[derive(Args, Debug, Clone)]
@@ -91,9 +109,49 @@ pub struct CallArgs {
     pub scheduler: SchedulerArgs,
     #[command(flatten)]
     pub api: ApiArgs,
+    /// Hang up on a caller whose audio stopped arriving (unmuted, still in the room) for
+    /// this many seconds; 0: never.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30.0)]
+    pub media_timeout: f64,
+    #[command(flatten)]
+    pub records: RecordsArgs,
+}
+
+/// Where each call's record goes.
+#[derive(Args, Debug, Clone, Default)]
+pub struct RecordsArgs {
+    /// Keep each call's turns in a JSON-lines file in DIR, each turn on disk as it ends
+    /// (default: `SUBLET_RECORDS`, else `~/.local/state/sublet/calls`).
+    #[arg(long, value_name = "DIR")]
+    pub records: Option<PathBuf>,
+}
+
+impl RecordsArgs {
+    pub fn dir(&self) -> PathBuf {
+        self.records.clone().unwrap_or_else(default_records_dir)
+    }
+
+    /// A new call's record, `fields` in its first line.
+    pub fn open(
+        &self,
+        program: &str,
+        call: &str,
+        fields: serde_json::Map<String, serde_json::Value>,
+    ) -> Result<CallLog> {
+        CallLog::create(&self.dir(), program, call, fields)
+    }
 }
 
 impl CallArgs {
+    /// How each room call treats a caller whose audio stops (`--media-timeout`).
+    pub fn room_options(&self) -> sublet_livekit::CallOptions {
+        sublet_livekit::CallOptions {
+            media_timeout: (self.media_timeout > 0.0)
+                .then(|| std::time::Duration::from_secs_f64(self.media_timeout)),
+            ..sublet_livekit::CallOptions::default()
+        }
+    }
+
     /// The agent's configuration, on an engine shared with agents when `--api` is given.
     pub fn config(&self) -> AgentConfig {
         self.agent.config_sharing(self.api.shared())

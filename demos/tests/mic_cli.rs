@@ -26,6 +26,8 @@ fn the_agent_answers_a_question_asked_into_the_microphone() {
         .command(env!("CARGO_BIN_EXE_mic"))
         .args(["--seconds", "25", "--timeline"])
         .arg(&timeline)
+        .arg("--records")
+        .arg(dir.join("records"))
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
@@ -58,6 +60,17 @@ fn the_agent_answers_a_question_asked_into_the_microphone() {
     let turns: Value = serde_json::from_str(&std::fs::read_to_string(&timeline).unwrap()).unwrap();
     let turns = turns["turns"].as_array().unwrap();
     assert_eq!(turns.len(), 1, "{turns:?}");
+    // The call's record holds the same turn, and how the call ended.
+    let record = std::fs::read_dir(dir.join("records"))
+        .unwrap()
+        .next()
+        .expect("a record")
+        .unwrap()
+        .path();
+    let record = sublet_demos::read_call_record(&record).unwrap();
+    assert_eq!(record.turns.len(), 1, "{record:?}");
+    assert_eq!(record.turns[0].reply, turns[0]["reply"].as_str().unwrap());
+    assert!(record.ended.is_some(), "{record:?}");
     let (transcript, reply) = (
         turns[0]["transcript"].as_str().unwrap(),
         turns[0]["reply"].as_str().unwrap(),

@@ -93,6 +93,10 @@ fn the_worker_serves_agents_on_the_calls_engine() {
         .env("LIVEKIT_URL", &livekit.url)
         .env("LIVEKIT_API_KEY", KEY)
         .env("LIVEKIT_API_SECRET", SECRET)
+        .env(
+            "SUBLET_RECORDS",
+            std::env::temp_dir().join("sublet-openai-worker-records"),
+        )
         .env("SUBLET_API_KEY", "test-key")
         .stderr(Stdio::piped())
         .spawn()

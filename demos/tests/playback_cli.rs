@@ -14,6 +14,7 @@ fn playback_on(bytes: &[u8], name: &str) -> (bool, String) {
         .arg("--timeline")
         .arg(dir.join("turns.json"))
         .arg("--fast")
+        .env("SUBLET_RECORDS", dir.join("records"))
         .output()
         .unwrap();
     (
@@ -84,6 +85,8 @@ fn a_call_killed_midway_keeps_the_turns_answered_so_far() {
         .arg("--timeline")
         .arg(&timeline)
         .arg("--realtime")
+        .arg("--records")
+        .arg(dir.join("records"))
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
@@ -115,6 +118,21 @@ fn a_call_killed_midway_keeps_the_turns_answered_so_far() {
             .as_str()
             .is_some_and(|t| !t.is_empty()),
         "{left}"
+    );
+    // And the call's record: the same turns, each on disk as it ended, and no end.
+    let records: Vec<_> = std::fs::read_dir(dir.join("records"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .collect();
+    assert_eq!(records.len(), 1, "{records:?}");
+    let record = sublet_demos::read_call_record(&records[0]).unwrap();
+    assert!(record.ended.is_none(), "{record:?}");
+    assert_eq!(record.call["program"], "playback", "{record:?}");
+    assert!(record.turns.len() >= turns.len(), "{record:?}");
+    assert_eq!(
+        record.turns[0].transcript,
+        turns[0]["transcript"].as_str().unwrap(),
+        "{record:?}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -18,6 +18,10 @@ fn sigterm_drains_the_worker_and_it_exits_cleanly() {
         .env("LIVEKIT_URL", &server.url)
         .env("LIVEKIT_API_KEY", KEY)
         .env("LIVEKIT_API_SECRET", SECRET)
+        .env(
+            "SUBLET_RECORDS",
+            std::env::temp_dir().join("sublet-worker-cli-records"),
+        )
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();

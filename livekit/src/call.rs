@@ -1,7 +1,9 @@
 //! One call in a LiveKit room: the agent joins, publishes its voice, answers the first
 //! participant it hears until they leave, then leaves.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::TrySendError;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,11 +24,36 @@ const VOICE_RATE: u32 = 48_000;
 /// without audio the agent hears silence, so that turns still end.
 const SILENCE_AFTER: Duration = Duration::from_millis(100);
 const TICK: Duration = Duration::from_millis(20);
-/// How long the agent waits in a room for someone to speak before it leaves.
-const NOBODY_TIMEOUT: Duration = Duration::from_secs(60);
-/// Asked to hang up, the agent first finishes the turn in progress, but waits no longer
-/// than this (a turn whose transcript came out empty is never answered).
-const HANG_UP_GRACE: Duration = Duration::from_secs(30);
+/// The caller's audio queued for the pipeline, at most this many pieces (20 ms each: 30 s).
+/// A pipeline that falls that far behind drops the newest audio instead of queueing it
+/// without bound.
+const AUDIO_QUEUE: usize = 1500;
+
+/// How a room call treats a room with nobody in it, a caller whose audio stops, and a
+/// hang-up. The defaults are what `room` and `worker` use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallOptions {
+    /// How long the agent waits in a room for someone to speak before it leaves (60 s).
+    pub nobody_timeout: Duration,
+    /// The caller's audio stopped arriving while their connection stayed up (a frozen
+    /// client, a media path that broke under a live signal connection): hang up after this
+    /// long (30 s; `None`: never). LiveKit's clients send audio all the time, silence
+    /// included, from an unmuted microphone; a muted caller is not timed.
+    pub media_timeout: Option<Duration>,
+    /// Asked to hang up, the agent first finishes the turn in progress, but waits no longer
+    /// than this (30 s; a turn whose transcript came out empty is never answered).
+    pub hang_up_grace: Duration,
+}
+
+impl Default for CallOptions {
+    fn default() -> Self {
+        Self {
+            nobody_timeout: Duration::from_secs(60),
+            media_timeout: Some(Duration::from_secs(30)),
+            hang_up_grace: Duration::from_secs(30),
+        }
+    }
+}
 
 /// What a room call produced.
 #[derive(Debug)]
@@ -127,9 +154,11 @@ pub(crate) fn answer_room_until(
     runtime: &tokio::runtime::Handle,
     url: &str,
     token: &str,
+    options: &CallOptions,
     observer: &mut dyn CallObserver,
     mut hang_up: watch::Receiver<bool>,
 ) -> Result<RoomCall> {
+    let options = options.clone();
     let (room, mut events) = runtime.block_on(RoomConnection::join(url, token))?;
     let room = Arc::new(room);
     let playout = Playout::new(VOICE_RATE);
@@ -200,7 +229,7 @@ pub(crate) fn answer_room_until(
         }
         voice.finish().await
     });
-    let (audio_tx, audio_in) = std::sync::mpsc::channel::<Vec<f32>>();
+    let (audio_tx, audio_in) = std::sync::mpsc::sync_channel::<Vec<f32>>(AUDIO_QUEUE);
     let listener_caller = caller_identity.clone();
     let listener_activity = activity.clone();
     let listener = runtime.spawn(async move {
@@ -209,6 +238,8 @@ pub(crate) fn answer_room_until(
         let mut resumes = Vec::new();
         let joined = Instant::now();
         let mut last_audio = Instant::now();
+        let mut caller_muted = false;
+        let mut dropped = 0usize;
         let mut tick = tokio::time::interval(TICK);
         let ended = loop {
             tokio::select! {
@@ -219,8 +250,15 @@ pub(crate) fn answer_room_until(
                         }
                         if *caller.get_or_insert_with(|| identity.clone()) == identity {
                             last_audio = Instant::now();
-                            if audio_tx.send(samples).is_err() {
-                                break CallEnd::AgentStopped;
+                            match audio_tx.try_send(samples) {
+                                Ok(()) => {}
+                                Err(TrySendError::Full(_)) => {
+                                    dropped += 1;
+                                    if dropped == 1 {
+                                        tracing::warn!("room: the pipeline is 30 s behind the caller; their newest audio is dropped");
+                                    }
+                                }
+                                Err(TrySendError::Disconnected(_)) => break CallEnd::AgentStopped,
                             }
                         }
                     }
@@ -234,6 +272,13 @@ pub(crate) fn answer_room_until(
                         );
                         resumes.push(after);
                     }
+                    Some(RoomEvent::MicrophoneMuted { identity, muted }) if caller.as_ref() == Some(&identity) => {
+                        // Unmuted, the caller's audio is timed afresh.
+                        if muted != caller_muted {
+                            caller_muted = muted;
+                            last_audio = Instant::now();
+                        }
+                    }
                     Some(RoomEvent::Disconnected { reason }) => break CallEnd::SignalLost { reason: Some(reason) },
                     Some(_) => {}
                     None => break CallEnd::SignalLost { reason: None },
@@ -245,37 +290,52 @@ pub(crate) fn answer_room_until(
                 }
                 _ = tick.tick() => {
                     if let Some(since) = hanging_up {
+                        let grace = options.hang_up_grace;
                         if listener_activity.idle() {
-                            break CallEnd::HungUp { turn_in_progress: false, grace: HANG_UP_GRACE };
+                            break CallEnd::HungUp { turn_in_progress: false, grace };
                         }
-                        if since.elapsed() >= HANG_UP_GRACE {
-                            break CallEnd::HungUp { turn_in_progress: true, grace: HANG_UP_GRACE };
+                        if since.elapsed() >= grace {
+                            break CallEnd::HungUp { turn_in_progress: true, grace };
                         }
                     }
-                    if caller.is_none() && joined.elapsed() >= NOBODY_TIMEOUT {
-                        break CallEnd::NobodySpoke(NOBODY_TIMEOUT);
+                    if caller.is_none() && joined.elapsed() >= options.nobody_timeout {
+                        break CallEnd::NobodySpoke(options.nobody_timeout);
+                    }
+                    if let (Some(_), Some(limit), false) = (&caller, options.media_timeout, caller_muted) {
+                        if last_audio.elapsed() >= limit {
+                            break CallEnd::MediaStopped(limit);
+                        }
                     }
                     if caller.is_some() && last_audio.elapsed() >= SILENCE_AFTER {
                         let silence = vec![0.0; (SPEECH_RATE as f64 * TICK.as_secs_f64()) as usize];
-                        let _ = audio_tx.send(silence);
+                        let _ = audio_tx.try_send(silence);
                     }
                 }
             }
         };
         (caller, resumes, ended)
     });
-    let mut observer = RoomObserver {
-        inner: observer,
+    let mut room_observer = RoomObserver {
+        inner: &mut *observer,
         announce: announce.clone(),
         activity,
     };
-    let turns = agent.answer_live(audio_in, &playout, &mut observer);
+    // A panic in the pipeline ends this call as a failure, after the same teardown as any
+    // end: the agent leaves the room rather than staying in it, silent.
+    let turns = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        agent.answer_live(audio_in, &playout, &mut room_observer)
+    }))
+    .unwrap_or_else(|panic| Err(anyhow!("the call panicked: {}", panic_message(&*panic))));
     let _ = answered_tx.send(true);
-    drop(observer);
+    drop(room_observer);
     drop(announce);
     let (caller, signal_resumes, ended) = runtime
         .block_on(listener)
         .map_err(|e| anyhow!("the room listener failed: {e}"))?;
+    observer.call_ended(&match &turns {
+        Ok(_) => ended.to_string(),
+        Err(e) => format!("{ended}; the call failed: {e:#}"),
+    });
     // Let the last reply finish playing before leaving.
     let _ = runtime.block_on(speaker);
     let _ = runtime.block_on(announcer);
@@ -286,4 +346,13 @@ pub(crate) fn answer_room_until(
         signal_resumes,
         ended,
     })
+}
+
+/// What a panic carried, as text.
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
+        (Some(text), _) => (*text).to_owned(),
+        (_, Some(text)) => text.clone(),
+        _ => "(no message)".to_owned(),
+    }
 }

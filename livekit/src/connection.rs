@@ -40,6 +40,12 @@ pub enum RoomEvent {
         identity: String,
         samples: Vec<f32>,
     },
+    /// A participant's microphone is muted, or unmuted (every audio track it publishes
+    /// muted, by the server's participant update). A muted client sends no audio.
+    MicrophoneMuted {
+        identity: String,
+        muted: bool,
+    },
     /// The signal connection dropped and was resumed; media flowed on meanwhile.
     Resumed {
         /// Why it dropped.
@@ -394,10 +400,23 @@ async fn handle(
                     let _ = room_events.send(RoomEvent::ParticipantLeft {
                         identity: p.identity,
                     });
-                } else if !known {
-                    lock(names).insert(p.sid, p.identity.clone());
+                    continue;
+                }
+                if !known {
+                    lock(names).insert(p.sid.clone(), p.identity.clone());
                     let _ = room_events.send(RoomEvent::ParticipantJoined {
+                        identity: p.identity.clone(),
+                    });
+                }
+                let audio: Vec<_> = p
+                    .tracks
+                    .iter()
+                    .filter(|t| t.r#type == proto::TrackType::Audio as i32)
+                    .collect();
+                if !audio.is_empty() {
+                    let _ = room_events.send(RoomEvent::MicrophoneMuted {
                         identity: p.identity,
+                        muted: audio.iter().all(|t| t.muted),
                     });
                 }
             }

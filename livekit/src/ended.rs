@@ -17,6 +17,9 @@ pub enum CallEnd {
     },
     /// Nobody spoke in the room for this long after the agent joined.
     NobodySpoke(Duration),
+    /// The caller's audio stopped arriving for this long while they stayed in the room
+    /// unmuted (`CallOptions::media_timeout`).
+    MediaStopped(Duration),
     /// The room's connection ended: the server's reason, or no reason when its events
     /// stopped.
     SignalLost { reason: Option<String> },
@@ -42,6 +45,9 @@ impl fmt::Display for CallEnd {
             CallEnd::NobodySpoke(after) => {
                 write!(f, "nobody spoke in the room for {} s", after.as_secs())
             }
+            CallEnd::MediaStopped(after) => {
+                write!(f, "the caller's audio stopped for {} s", after.as_secs())
+            }
             CallEnd::SignalLost {
                 reason: Some(reason),
             } => f.write_str(reason),
@@ -56,9 +62,7 @@ impl fmt::Display for CallEnd {
 pub enum WorkerEnd {
     /// Asked to drain, it finished its calls (`calls_were_running`: whether any was).
     Drained { calls_were_running: bool },
-    /// The LiveKit server closed the worker's connection.
-    ServerClosed,
-    /// The connection failed.
+    /// The connection dropped and every attempt to register again failed.
     Failed(String),
 }
 
@@ -71,9 +75,6 @@ impl fmt::Display for WorkerEnd {
             WorkerEnd::Drained {
                 calls_were_running: false,
             } => write!(f, "drained: no calls were running"),
-            WorkerEnd::ServerClosed => {
-                write!(f, "the LiveKit server closed the worker connection")
-            }
             WorkerEnd::Failed(error) => f.write_str(error),
         }
     }

@@ -23,7 +23,7 @@ mod publish;
 mod token;
 mod worker;
 
-pub use call::RoomCall;
+pub use call::{CallOptions, RoomCall};
 pub use connection::{RoomConnection, RoomEvent};
 pub use ended::{CallEnd, WorkerEnd};
 pub use publish::AudioPublisher;
@@ -44,10 +44,11 @@ pub trait LiveKitAgent {
         runtime: &tokio::runtime::Handle,
         url: &str,
         token: &str,
+        options: &CallOptions,
         observer: &mut dyn CallObserver,
     ) -> Result<RoomCall> {
         let (_never, hang_up) = watch::channel(false);
-        self.answer_room_until(runtime, url, token, observer, hang_up)
+        self.answer_room_until(runtime, url, token, options, observer, hang_up)
     }
 
     /// As [`LiveKitAgent::answer_room`], and once `hang_up` turns true the agent finishes
@@ -57,6 +58,7 @@ pub trait LiveKitAgent {
         runtime: &tokio::runtime::Handle,
         url: &str,
         token: &str,
+        options: &CallOptions,
         observer: &mut dyn CallObserver,
         hang_up: watch::Receiver<bool>,
     ) -> Result<RoomCall>;
@@ -80,10 +82,11 @@ impl LiveKitAgent for VoiceAgent {
         runtime: &tokio::runtime::Handle,
         url: &str,
         token: &str,
+        options: &CallOptions,
         observer: &mut dyn CallObserver,
         hang_up: watch::Receiver<bool>,
     ) -> Result<RoomCall> {
-        call::answer_room_until(self, runtime, url, token, observer, hang_up)
+        call::answer_room_until(self, runtime, url, token, options, observer, hang_up)
     }
 
     fn work(

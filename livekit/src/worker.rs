@@ -3,9 +3,12 @@
 //! the one shared engine, reports its load, and drains on request: it declines new jobs,
 //! lets every call finish the turn in progress, then leaves.
 
+mod jobs;
+
 use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use livekit_net::WsConnection;
@@ -15,15 +18,29 @@ use proto::server_message::Message as FromServer;
 use proto::worker_message::Message as ToServer;
 use tokio::sync::{mpsc, watch};
 
-use super::{LiveKitCredentials, RoomCall, WorkerEnd};
+use super::{CallOptions, LiveKitCredentials, RoomCall, WorkerEnd};
 use sublet_agent::CallObserver;
 use sublet_agent::VoiceAgent;
 
+use crate::call::panic_message;
 use crate::LiveKitAgent;
+use jobs::{Jobs, OFFER_TIMEOUT};
 
 /// How often the worker tells the server its load (LiveKit's own workers: every 2.5 s).
 const STATUS_INTERVAL: Duration = Duration::from_millis(2500);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The waits before each attempt to register again after the connection dropped (about
+/// two minutes in all); the calls in progress go on meanwhile.
+const REREGISTER_BACKOFF: [Duration; 8] = [
+    Duration::from_millis(250),
+    Duration::from_millis(500),
+    Duration::from_secs(1),
+    Duration::from_secs(2),
+    Duration::from_secs(4),
+    Duration::from_secs(8),
+    Duration::from_secs(16),
+    Duration::from_secs(30),
+];
 /// The participant attribute that names the agent in its rooms.
 const AGENT_NAME_ATTRIBUTE: &str = "lk.agent.name";
 
@@ -34,6 +51,8 @@ pub struct WorkerOptions {
     pub agent_name: String,
     /// The most calls at once; offers beyond it are declined.
     pub max_calls: usize,
+    /// How each call treats silence, stopped audio and a drain.
+    pub call: CallOptions,
 }
 
 /// One job the worker ran.
@@ -49,6 +68,8 @@ pub struct JobReport {
 #[derive(Debug)]
 pub struct WorkerReport {
     pub worker_id: String,
+    /// The ids it registered as again, each time its connection had dropped.
+    pub registered_again: Vec<String>,
     pub jobs: Vec<JobReport>,
     /// Offers declined because the worker was full or draining.
     pub declined: usize,
@@ -82,7 +103,7 @@ pub(crate) fn work(
     let (done_tx, done) = mpsc::unbounded_channel::<JobDone>();
     let session = runtime.spawn(serve(
         connection,
-        credentials.url.clone(),
+        credentials.clone(),
         options.clone(),
         drain,
         assigned_tx,
@@ -94,16 +115,23 @@ pub(crate) fn work(
             .map(|job| {
                 let done_tx = done_tx.clone();
                 scope.spawn(move || {
-                    let mut call_observer = observer(&job.room);
-                    let call = agent
-                        .answer_room_until(
+                    // A call that panics is that call's failure: reported, its slot freed,
+                    // the other calls and the worker going on.
+                    let call = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                        let mut call_observer = observer(&job.room);
+                        agent.answer_room_until(
                             runtime,
                             &job.url,
                             &job.token,
+                            &options.call,
                             &mut *call_observer,
                             job.hang_up,
                         )
-                        .map_err(|e| format!("{e:#}"));
+                    }))
+                    .unwrap_or_else(|panic| {
+                        Err(anyhow!("the call panicked: {}", panic_message(&*panic)))
+                    })
+                    .map_err(|e| format!("{e:#}"));
                     let _ = done_tx.send((job.job_id.clone(), call.as_ref().err().cloned()));
                     JobReport {
                         job_id: job.job_id,
@@ -118,14 +146,15 @@ pub(crate) fn work(
             .map(|call| call.join().map_err(|_| anyhow!("a call thread panicked")))
             .collect::<Result<Vec<_>>>()
     })?;
-    let (declined, ended) = runtime
+    let session = runtime
         .block_on(session)
         .map_err(|e| anyhow!("the worker's connection task failed: {e}"))?;
     Ok(WorkerReport {
         worker_id,
+        registered_again: session.registered_again,
         jobs,
-        declined,
-        ended,
+        declined: session.declined,
+        ended: session.ended,
     })
 }
 
@@ -200,85 +229,149 @@ async fn receive(connection: &dyn WsConnection) -> Result<Option<FromServer>> {
     }
 }
 
+/// How the worker's session ended.
+struct Session {
+    declined: usize,
+    ended: WorkerEnd,
+    registered_again: Vec<String>,
+}
+
 /// The worker's side of the connection: offers, assignments, terminations, its status,
-/// and draining. Returns the offers it declined and why it stopped.
+/// and draining; when the connection drops, it registers again (with the calls going on)
+/// unless it is draining.
 async fn serve(
-    connection: Arc<dyn WsConnection>,
-    default_url: String,
+    mut connection: Arc<dyn WsConnection>,
+    credentials: LiveKitCredentials,
     options: WorkerOptions,
     mut drain: watch::Receiver<bool>,
     assigned: std::sync::mpsc::Sender<Assigned>,
     mut done: mpsc::UnboundedReceiver<JobDone>,
-) -> (usize, WorkerEnd) {
+) -> Session {
     let mut worker = WorkerState {
+        jobs: Jobs::new(options.max_calls, OFFER_TIMEOUT),
         options,
         hang_ups: HashMap::new(),
-        accepted: 0,
-        draining: false,
         seq: 0,
-        declined: 0,
     };
+    let mut registered_again = Vec::new();
     let mut status = tokio::time::interval(STATUS_INTERVAL);
-    let ended = loop {
-        tokio::select! {
-            message = receive(&*connection) => match message {
-                Ok(Some(message)) => {
-                    let reply = worker.handle(message, &default_url, &assigned);
-                    for message in reply {
-                        if send(&*connection, message).await.is_err() {
-                            break;
+    let ended = 'session: loop {
+        let lost = loop {
+            tokio::select! {
+                message = receive(&*connection) => match message {
+                    Ok(Some(message)) => {
+                        let reply = worker.handle(message, &credentials.url, &assigned);
+                        for message in reply {
+                            if send(&*connection, message).await.is_err() {
+                                break;
+                            }
+                        }
+                    }
+                    Ok(None) => break "the server closed the worker connection".to_owned(),
+                    Err(e) => break format!("{e:#}"),
+                },
+                Some((job_id, error)) = done.recv() => {
+                    worker.ended(&job_id);
+                    let status = if error.is_some() { proto::JobStatus::JsFailed } else { proto::JobStatus::JsSuccess };
+                    let _ = send(&*connection, job_update(&job_id, status, error.unwrap_or_default())).await;
+                    let _ = send(&*connection, worker.status()).await;
+                    if worker.jobs.drained() {
+                        break 'session WorkerEnd::Drained { calls_were_running: true };
+                    }
+                }
+                Ok(()) = drain.changed(), if !worker.jobs.draining() => {
+                    if *drain.borrow() {
+                        let calls_were_running = worker.jobs.running() > 0;
+                        worker.drain();
+                        let _ = send(&*connection, worker.status()).await;
+                        if worker.jobs.drained() {
+                            break 'session WorkerEnd::Drained { calls_were_running };
                         }
                     }
                 }
-                Ok(None) => break WorkerEnd::ServerClosed,
-                Err(e) => break WorkerEnd::Failed(format!("{e:#}")),
-            },
-            Some((job_id, error)) = done.recv() => {
-                worker.hang_ups.remove(&job_id);
-                let status = if error.is_some() { proto::JobStatus::JsFailed } else { proto::JobStatus::JsSuccess };
-                let _ = send(&*connection, job_update(&job_id, status, error.unwrap_or_default())).await;
-                let _ = send(&*connection, worker.status()).await;
-                if worker.draining && worker.hang_ups.is_empty() {
-                    break WorkerEnd::Drained { calls_were_running: true };
+                _ = status.tick() => {
+                    let _ = send(&*connection, worker.status()).await;
                 }
             }
-            Ok(()) = drain.changed(), if !worker.draining => {
-                if *drain.borrow() {
-                    worker.draining = true;
-                    for hang_up in worker.hang_ups.values() {
-                        let _ = hang_up.send(true);
+        };
+        connection.close().await;
+        tracing::warn!(
+            "worker: the connection dropped ({lost}); {}",
+            match worker.jobs.draining() {
+                true => "draining, waiting for the calls to end",
+                false => "registering again",
+            }
+        );
+        // Draining, the calls only have to end; otherwise register again, the calls going
+        // on meanwhile.
+        let mut attempts = 0;
+        let mut last_error = lost.clone();
+        loop {
+            let wait = match (worker.jobs.draining(), REREGISTER_BACKOFF.get(attempts)) {
+                (true, _) => Duration::MAX,
+                (false, Some(wait)) => *wait,
+                (false, None) => {
+                    break 'session WorkerEnd::Failed(format!(
+                        "the worker connection dropped ({lost}) and {attempts} attempts to \
+                         register again failed; the last: {last_error}"
+                    ));
+                }
+            };
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                Some((job_id, _)) = done.recv() => {
+                    worker.ended(&job_id);
+                    if worker.jobs.drained() {
+                        break 'session WorkerEnd::Drained { calls_were_running: true };
+                    }
+                    continue;
+                }
+                Ok(()) = drain.changed(), if !worker.jobs.draining() => {
+                    if *drain.borrow() {
+                        let calls_were_running = worker.jobs.running() > 0;
+                        worker.drain();
+                        if worker.jobs.drained() {
+                            break 'session WorkerEnd::Drained { calls_were_running };
+                        }
+                    }
+                    continue;
+                }
+            }
+            attempts += 1;
+            match register(&credentials, &worker.options).await {
+                Ok((again, worker_id)) => {
+                    connection = again;
+                    registered_again.push(worker_id);
+                    // The server learns the calls still running, and the load.
+                    for job_id in worker.hang_ups.keys() {
+                        let running =
+                            job_update(job_id, proto::JobStatus::JsRunning, String::new());
+                        let _ = send(&*connection, running).await;
                     }
                     let _ = send(&*connection, worker.status()).await;
-                    if worker.hang_ups.is_empty() {
-                        break WorkerEnd::Drained { calls_were_running: false };
-                    }
+                    continue 'session;
                 }
-            }
-            _ = status.tick() => {
-                let _ = send(&*connection, worker.status()).await;
+                Err(e) => last_error = format!("{e:#}"),
             }
         }
     };
     connection.close().await;
-    (worker.declined, ended)
+    Session {
+        declined: worker.jobs.declined(),
+        ended,
+        registered_again,
+    }
 }
 
 struct WorkerState {
     options: WorkerOptions,
+    jobs: Jobs,
     /// Each running call's hang-up switch, by job id.
     hang_ups: HashMap<String, watch::Sender<bool>>,
-    /// Offers accepted and not yet assigned: they count toward the load.
-    accepted: usize,
-    draining: bool,
     seq: u64,
-    declined: usize,
 }
 
 impl WorkerState {
-    fn calls(&self) -> usize {
-        self.hang_ups.len() + self.accepted
-    }
-
     /// What the worker answers to one server message.
     fn handle(
         &mut self,
@@ -286,15 +379,11 @@ impl WorkerState {
         default_url: &str,
         assigned: &std::sync::mpsc::Sender<Assigned>,
     ) -> Vec<ToServer> {
+        let now = Instant::now();
         match message {
             FromServer::Availability(request) => {
                 let job = request.job.unwrap_or_default();
-                let available = !self.draining && self.calls() < self.options.max_calls;
-                if available {
-                    self.accepted += 1;
-                } else {
-                    self.declined += 1;
-                }
+                let available = self.jobs.offer(&job.id, now);
                 let mut attributes = HashMap::new();
                 attributes.insert(
                     AGENT_NAME_ATTRIBUTE.to_owned(),
@@ -311,8 +400,15 @@ impl WorkerState {
             }
             FromServer::Assignment(assignment) => {
                 let job = assignment.job.unwrap_or_default();
-                self.accepted = self.accepted.saturating_sub(1);
-                let (hang_up_tx, hang_up) = watch::channel(self.draining);
+                if let Err(refusal) = self.jobs.assign(&job.id, now) {
+                    tracing::warn!(job = %job.id, "worker: assignment refused: {}", refusal.reason());
+                    return vec![job_update(
+                        &job.id,
+                        proto::JobStatus::JsFailed,
+                        refusal.reason().into(),
+                    )];
+                }
+                let (hang_up_tx, hang_up) = watch::channel(false);
                 self.hang_ups.insert(job.id.clone(), hang_up_tx);
                 let _ = assigned.send(Assigned {
                     job_id: job.id.clone(),
@@ -336,20 +432,33 @@ impl WorkerState {
         }
     }
 
+    fn ended(&mut self, job_id: &str) {
+        self.hang_ups.remove(job_id);
+        self.jobs.ended(job_id);
+    }
+
+    /// Declines new work and asks every call to hang up after its turn in progress.
+    fn drain(&mut self) {
+        self.jobs.drain();
+        for hang_up in self.hang_ups.values() {
+            let _ = hang_up.send(true);
+        }
+    }
+
     /// The worker's status: full while draining or at its limit; load as a share of it.
     fn status(&mut self) -> ToServer {
         self.seq += 1;
-        let full = self.draining || self.calls() >= self.options.max_calls;
-        let status = if full {
+        let now = Instant::now();
+        let status = if self.jobs.full(now) {
             proto::WorkerStatus::WsFull
         } else {
             proto::WorkerStatus::WsAvailable
         };
         ToServer::UpdateWorker(proto::UpdateWorkerStatus {
             status: Some(status as i32),
-            load: self.calls() as f32 / self.options.max_calls.max(1) as f32,
-            job_count: self.hang_ups.len() as u32,
-            draining: self.draining,
+            load: self.jobs.load(now) as f32 / self.options.max_calls.max(1) as f32,
+            job_count: self.jobs.running() as u32,
+            draining: self.jobs.draining(),
             seq: self.seq,
         })
     }

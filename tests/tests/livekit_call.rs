@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use sublet_agent::{AgentConfig, Quiet, VoiceAgent};
 use sublet_audio::read_wav;
-use sublet_livekit::LiveKitAgent;
+use sublet_livekit::{CallEnd, CallOptions, LiveKitAgent};
 use sublet_livekit_testserver::TestServer;
 use sublet_models::ModelCache;
 use sublet_stt::{word_error_rate, Transcriber};
@@ -71,7 +71,13 @@ fn answer_a_call(room: &'static str, drop_signal_at: Option<Duration>) {
             });
         }
         agent
-            .answer_room(runtime.handle(), &credentials.url, &token, &mut Quiet)
+            .answer_room(
+                runtime.handle(),
+                &credentials.url,
+                &token,
+                &CallOptions::default(),
+                &mut Quiet,
+            )
             .unwrap()
     });
     let expected_resumes = usize::from(drop_signal_at.is_some());
@@ -161,4 +167,86 @@ fn answer_a_call(room: &'static str, drop_signal_at: Option<Duration>) {
         .iter()
         .filter(|e| e["event"] == "transcription")
         .all(|e| e["attributes"]["lk.transcription_final"] == "true"));
+}
+
+#[test]
+fn a_caller_whose_audio_stops_while_they_stay_in_the_room_is_hung_up() {
+    let room = "call-9";
+    let cache = ModelCache::from_env();
+    let dir = std::env::temp_dir().join(format!("sublet-{room}-{}", std::process::id()));
+    let question_wav = recorded_question(&cache, &dir);
+    let server = TestServer::start(KEY, SECRET).unwrap();
+    let credentials = server.credentials();
+    let agent = VoiceAgent::load(cache.clone(), AgentConfig::default()).unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let url = server.url.clone();
+    let q = question_wav.clone();
+    // The caller asks, then keeps an open microphone until 30 s after joining: its client
+    // sends silence all that time, so only the broken media path stops the agent hearing
+    // it.
+    let caller = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(2));
+        let token = room_token(KEY, SECRET, "caller", room, Duration::from_secs(600));
+        livekit_caller(
+            &url,
+            &token,
+            &["--publish-wav", q.to_str().unwrap(), "--listen", "30"],
+        )
+    });
+    let token = credentials.agent_token(room, "sublet-agent").unwrap();
+    let options = CallOptions {
+        media_timeout: Some(Duration::from_secs(3)),
+        ..CallOptions::default()
+    };
+    let joined = std::time::Instant::now();
+    let stop_media_after = Duration::from_secs(15);
+    let mut end_seen = EndSeen(None);
+    let call = std::thread::scope(|scope| {
+        let server = &server;
+        scope.spawn(move || {
+            std::thread::sleep(stop_media_after);
+            assert!(server.stop_media(room, "caller"));
+        });
+        agent
+            .answer_room(
+                runtime.handle(),
+                &credentials.url,
+                &token,
+                &options,
+                &mut end_seen,
+            )
+            .unwrap()
+    });
+    let ended_after = joined.elapsed();
+    let _ = caller.join();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(
+        call.ended,
+        CallEnd::MediaStopped(Duration::from_secs(3)),
+        "{}",
+        call.ended
+    );
+    // Hung up about 3 s after the media stopped (the agent's playout may run on a little),
+    // long before the caller left.
+    assert!(
+        ended_after >= stop_media_after + Duration::from_secs(3)
+            && ended_after < stop_media_after + Duration::from_secs(10),
+        "{ended_after:?}"
+    );
+    assert_eq!(call.turns.len(), 1, "{:?}", call.turns);
+    assert!(call.turns[0].outcome.answered(), "{:?}", call.turns[0]);
+    // The call's observer (its record, in `room` and `worker`) was told why it ended.
+    assert_eq!(
+        end_seen.0.as_deref(),
+        Some("the caller's audio stopped for 3 s")
+    );
+}
+
+/// Keeps the reason a call ended.
+struct EndSeen(Option<String>);
+
+impl sublet_agent::CallObserver for EndSeen {
+    fn call_ended(&mut self, reason: &str) {
+        self.0 = Some(reason.to_owned());
+    }
 }

@@ -3,13 +3,17 @@
 //! reports its load, declines what it has no room for, and drains: it finishes the turns
 //! in progress, refuses new jobs, hangs up and stops. The test server's side of the worker
 //! protocol is checked first with a worker on LiveKit's own Agents framework.
+//! A worker whose connection drops registers again, and a call that panics is reported
+//! failed while the other call on the worker is answered.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use sublet_agent::{AgentConfig, CallObserver, Quiet, VoiceAgent};
 use sublet_audio::read_wav;
-use sublet_livekit::{CallEnd, LiveKitAgent, WorkerEnd, WorkerOptions};
+use sublet_livekit::{CallEnd, CallOptions, LiveKitAgent, WorkerEnd, WorkerOptions};
 use sublet_livekit_testserver::TestServer;
 use sublet_models::ModelCache;
 use sublet_stt::{word_error_rate, Transcriber};
@@ -118,6 +122,7 @@ fn one_worker_answers_two_calls_at_once_then_drains() {
     let options = WorkerOptions {
         agent_name: "sublet".into(),
         max_calls: 2,
+        call: CallOptions::default(),
     };
     let (drain_tx, drain) = watch::channel(false);
     let quiet = |_room: &str| -> Box<dyn CallObserver> { Box::new(Quiet) };
@@ -270,4 +275,143 @@ fn one_worker_answers_two_calls_at_once_then_drains() {
         );
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A call observer that panics when its call's first turn is answered (a bug in one call),
+/// or counts the turns answered.
+enum OnAnswer {
+    Panic,
+    Count(Arc<AtomicUsize>),
+}
+
+impl CallObserver for OnAnswer {
+    fn turn_answered(&mut self, _turn: &sublet_agent::TurnRecord) {
+        match self {
+            OnAnswer::Panic => panic!("injected: this call's observer fails"),
+            OnAnswer::Count(answered) => {
+                answered.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+#[test]
+fn a_worker_registers_again_after_its_connection_drops_and_outlives_a_panicking_call() {
+    const PANICS: &str = "worker-panics";
+    const ANSWERED: &str = "worker-answered";
+    let cache = ModelCache::from_env();
+    let dir = std::env::temp_dir().join(format!("sublet-worker-faults-{}", std::process::id()));
+    let question = recorded_question(&cache, &dir);
+    let server = TestServer::start(KEY, SECRET).unwrap();
+    let credentials = server.credentials();
+    let agent = VoiceAgent::load(cache.clone(), AgentConfig::default()).unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let options = WorkerOptions {
+        agent_name: "sublet".into(),
+        max_calls: 2,
+        call: CallOptions::default(),
+    };
+    let (drain_tx, drain) = watch::channel(false);
+    let answered = Arc::new(AtomicUsize::new(0));
+    let observers = |room: &str| -> Box<dyn CallObserver> {
+        match room {
+            PANICS => Box::new(OnAnswer::Panic),
+            _ => Box::new(OnAnswer::Count(answered.clone())),
+        }
+    };
+    let registrations = || server.worker_statuses().len();
+    let report = std::thread::scope(|scope| {
+        let worker =
+            scope.spawn(|| agent.work(runtime.handle(), &credentials, &options, drain, &observers));
+        wait_for("the worker to register", Duration::from_secs(20), || {
+            registrations() == 1
+        });
+        // The network drops the worker's connection: it registers again by itself.
+        assert_eq!(server.drop_workers(), 1);
+        wait_for(
+            "the worker to register again",
+            Duration::from_secs(20),
+            || registrations() == 2,
+        );
+        let jobs: Vec<String> = [PANICS, ANSWERED]
+            .iter()
+            .map(|room| {
+                server
+                    .dispatch(room, "sublet")
+                    .expect("the worker took the job")
+            })
+            .collect();
+        let callers: Vec<_> = [PANICS, ANSWERED]
+            .iter()
+            .map(|room| {
+                let url = server.url.clone();
+                let question = question.clone();
+                scope.spawn(move || {
+                    let token = room_token(KEY, SECRET, "caller", room, Duration::from_secs(600));
+                    let args = [
+                        "--publish-wav",
+                        question.to_str().unwrap(),
+                        "--listen",
+                        "30",
+                    ];
+                    livekit_caller(&url, &token, &args)
+                })
+            })
+            .collect();
+        // The panicking call is reported failed and its agent leaves the room; the other
+        // call is answered.
+        let failed = |job: &str| {
+            server
+                .jobs()
+                .iter()
+                .any(|j| j.id == job && j.status == livekit_protocol::JobStatus::JsFailed)
+        };
+        wait_for(
+            "the panicking call to fail",
+            Duration::from_secs(60),
+            || failed(&jobs[0]),
+        );
+        let agent_in =
+            |room: &str, job: &str| server.participants(room).contains(&format!("agent-{job}"));
+        wait_for(
+            "the failed call's agent to leave",
+            Duration::from_secs(10),
+            || !agent_in(PANICS, &jobs[0]),
+        );
+        wait_for("the other call's answer", Duration::from_secs(60), || {
+            answered.load(Ordering::Relaxed) == 1
+        });
+        drain_tx.send(true).unwrap();
+        let report = worker.join().unwrap().expect("the worker ran");
+        for caller in callers {
+            let _ = caller.join();
+        }
+        report
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    eprintln!("worker {}: {}", report.worker_id, report.ended);
+    assert_eq!(report.registered_again.len(), 1, "{report:?}");
+    assert!(
+        matches!(report.ended, WorkerEnd::Drained { .. }),
+        "{}",
+        report.ended
+    );
+    assert_eq!(report.jobs.len(), 2, "{report:?}");
+    for job in &report.jobs {
+        match (job.room.as_str(), &job.call) {
+            (PANICS, Err(error)) => assert!(error.contains("injected"), "{error}"),
+            (ANSWERED, Ok(call)) => {
+                assert_eq!(call.turns.len(), 1, "{:?}", call.turns);
+                assert!(call.turns[0].outcome.answered(), "{:?}", call.turns);
+            }
+            _ => panic!("{job:?}"),
+        }
+    }
+    // The server was told: one job failed, the other succeeded.
+    let statuses: Vec<_> = server.jobs().iter().map(|j| j.status).collect();
+    assert!(
+        statuses.contains(&livekit_protocol::JobStatus::JsFailed)
+            && statuses.contains(&livekit_protocol::JobStatus::JsSuccess),
+        "{statuses:?}"
+    );
 }

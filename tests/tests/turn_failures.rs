@@ -1,11 +1,12 @@
 //! A turn's failure is the turn's: a recorded call on the real models with faults injected
-//! into chosen turns, and with a reply deadline no reply can meet.
+//! into chosen turns, and with a reply deadline no reply can meet; a caller who talks for
+//! 40 s without a pause is answered at the turn cap.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sublet_agent::{AgentConfig, CallOutcome, Pacing, Quiet, TurnFaults, TurnOutcome, VoiceAgent};
-use sublet_audio::{read_wav, SPEECH_RATE};
+use sublet_audio::{read_wav, Audio, SPEECH_RATE};
 use sublet_engine::make_room::{PolicyConfig, Switches};
 use sublet_engine::{Engine, EngineConfig};
 use sublet_models::ModelCache;
@@ -114,4 +115,79 @@ fn three_turn_call(agent: &VoiceAgent) -> CallOutcome {
     println!("{}", sublet_agent::turn_table(&outcome.turns));
     assert_eq!(outcome.turns.len(), 3, "{:#?}", outcome.turns);
     outcome
+}
+
+#[test]
+fn a_monologue_is_answered_at_the_turn_cap_and_its_rest_as_the_next_turn() {
+    let cache = ModelCache::from_env();
+    let agent = VoiceAgent::load(cache.clone(), AgentConfig::default()).unwrap();
+    let (call, speech_s) = monologue(&cache, 40.0);
+    let outcome = agent
+        .answer_recording(&call, Pacing::Fast, SPEECH_RATE, &mut Quiet)
+        .unwrap();
+    let turns = &outcome.turns;
+    println!("{}", sublet_agent::turn_table(turns));
+    assert_eq!(turns.len(), 2, "{turns:#?}");
+    let (capped, rest) = (&turns[0], &turns[1]);
+    // The first turn ended 30 s after the speech began, the caller still speaking.
+    assert!(capped.capped, "{capped:?}");
+    let cut_s = capped.end_of_turn_s - speech_s.start;
+    assert!(
+        (29.9..30.5).contains(&cut_s),
+        "cut {cut_s:.2} s into the speech"
+    );
+    // The rest of the speech is the next turn, ended by the caller's real stop.
+    assert!(!rest.capped, "{rest:?}");
+    assert!((rest.caller_stop_s - speech_s.end).abs() < 0.5, "{rest:?}");
+    for turn in turns {
+        assert_eq!(turn.outcome, TurnOutcome::Answered, "{turn:?}");
+        assert!(!turn.reply.is_empty() && turn.transcript.split_whitespace().count() >= 10);
+    }
+    // Each turn heard its own part of the monologue: what the first one heard the
+    // second did not (its first words are the cap's).
+    assert!(
+        capped.transcript.split_whitespace().count() > rest.transcript.split_whitespace().count(),
+        "{turns:#?}"
+    );
+}
+
+/// The bundled calls' utterances back to back, 0.1 s apart (too short a gap for the caller
+/// to have stopped), until `seconds` of speech, after 1 s of silence and before 5 s.
+/// Returns the call and where its speech lies.
+fn monologue(cache: &ModelCache, seconds: f64) -> (Audio, std::ops::Range<f64>) {
+    let mut utterances = Vec::new();
+    for name in [
+        "turn_taking",
+        "trip_planning",
+        "quick_questions",
+        "three_turns",
+    ] {
+        let audio = read_wav(cache.call(&format!("{name}.wav")).unwrap())
+            .unwrap()
+            .resampled(SPEECH_RATE);
+        let spans: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(cache.call(&format!("{name}.json")).unwrap()).unwrap(),
+        )
+        .unwrap();
+        for span in spans["utterances"].as_array().unwrap() {
+            let at = |key: &str| (span[key].as_f64().unwrap() * SPEECH_RATE as f64) as usize;
+            let piece = Audio::new(
+                audio.samples[at("start_s")..at("end_s")].to_vec(),
+                SPEECH_RATE,
+            );
+            utterances.push(piece.trimmed(0.01).samples);
+        }
+    }
+    let rate = SPEECH_RATE as f64;
+    let mut samples = vec![0.0; SPEECH_RATE as usize];
+    for piece in utterances.iter().cycle() {
+        if samples.len() as f64 / rate >= 1.0 + seconds {
+            break;
+        }
+        samples.extend_from_slice(piece);
+        samples.extend(std::iter::repeat_n(0.0, SPEECH_RATE as usize / 10));
+    }
+    let end_s = samples.len() as f64 / rate - 0.1;
+    samples.extend(std::iter::repeat_n(0.0, 5 * SPEECH_RATE as usize));
+    (Audio::new(samples, SPEECH_RATE), 1.0..end_s)
 }

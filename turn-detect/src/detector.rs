@@ -30,6 +30,8 @@ pub enum TurnEvent {
         speech_end_s: f64,
         decided_s: f64,
         end_of_turn_score: Option<f32>,
+        /// Ended by the turn cap while the caller still spoke (`EndpointConfig::max_turn_s`).
+        capped: bool,
         audio: Vec<f32>,
     },
 }
@@ -113,11 +115,13 @@ impl TurnDetector {
                 speech_end_s,
                 decided_s,
                 score,
+                capped,
             } => TurnEvent::EndOfTurn {
                 turn_start_s,
                 speech_end_s,
                 decided_s,
                 end_of_turn_score: score,
+                capped,
                 audio: self.audio_between(turn_start_s - TURN_PAD_S, speech_end_s + TURN_PAD_S),
             },
         })

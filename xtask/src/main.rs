@@ -41,6 +41,9 @@ commands:
                    voice per stage, false cut-offs, late turns, old configuration beside the new
                    (--json PATH --configs old,new,new+preemptive --livekit: through a LiveKit
                    room, LiveKit's official client as the caller)
+  soak [ARGS]      setup, then calls back to back through the LiveKit test server beside agents,
+                   faults on a schedule: turns lost, faults survived, memory's slope
+                   (--minutes 30 --out target/soak)
   patches save     write patches/<crate>/ back from the commits in patched/<crate>
 
 environment:
@@ -62,6 +65,7 @@ fn main() -> ExitCode {
         Some("bench") => bench(rest),
         Some("engine-bench") => engine_bench(rest),
         Some("latency") => latency(rest),
+        Some("soak") => soak(rest),
         Some("patches") if args.get(1).map(String::as_str) == Some("save") => patches::save(),
         Some("-h" | "--help" | "help") | None => {
             println!("{USAGE}");
@@ -173,6 +177,8 @@ fn demo(extra: &[String]) -> Result<()> {
         .arg(out.join("reply.wav"))
         .arg("--timeline")
         .arg(out.join("turns.json"))
+        .arg("--records")
+        .arg(out.join("records"))
         .args(extra);
     run(command)
 }
@@ -195,6 +201,13 @@ fn bench(extra: &[String]) -> Result<()> {
         client_env::ensure_aiperf(&cache)?;
     }
     let mut command = cargo_run("sublet-bench", "bench")?;
+    command.args(extra);
+    run(command)
+}
+
+fn soak(extra: &[String]) -> Result<()> {
+    setup()?;
+    let mut command = cargo_run("sublet-bench", "soak")?;
     command.args(extra);
     run(command)
 }

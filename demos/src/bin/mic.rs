@@ -3,7 +3,7 @@
 //! agent's replies and each turn's stage latencies.
 //!
 //! ```text
-//! mic [--input NAME] [--output NAME] [--full-duplex] [--seconds N] [--timeline TURNS.json]
+//! mic [--input NAME] [--output NAME] [--full-duplex] [--seconds N] [--timeline TURNS.json] [--records DIR]
 //! mic --list-devices
 //! ```
 //!
@@ -23,7 +23,7 @@ use sublet_agent::{
     turn_table, CallObserver, Interruption, InterruptionOutcome, Playout, TurnRecord,
 };
 use sublet_audio::device::{device_names, open_microphone, open_speaker};
-use sublet_demos::{AgentArgs, Recorded, SchedulerArgs, TimelineFile};
+use sublet_demos::{AgentArgs, Recorded, RecordsArgs, SchedulerArgs, TimelineFile};
 use sublet_turn_detect::TurnEvent;
 
 #[derive(Parser, Debug)]
@@ -52,6 +52,8 @@ struct Args {
     agent: AgentArgs,
     #[command(flatten)]
     scheduler: SchedulerArgs,
+    #[command(flatten)]
+    records: RecordsArgs,
 }
 
 /// How long the microphone stays muted after the agent stops (half duplex): its voice's
@@ -195,23 +197,22 @@ fn run(args: Args) -> Result<()> {
         });
         stopper.store(true, Ordering::Relaxed);
     });
-    let mut console = Console {
+    let console = Console {
         started: Instant::now(),
     };
     // Kept current after every turn: an error or a kill loses none answered so far.
-    let mut timeline = match &args.timeline {
+    let timeline = match &args.timeline {
         Some(path) => Some(TimelineFile::create(path, serde_json::Map::new())?),
         None => None,
     };
-    let turns = match timeline.as_mut() {
-        Some(timeline) => {
-            let mut recorded = Recorded {
-                inner: console,
-                timeline,
-            };
-            agent.answer_live(audio_in, &playout, &mut recorded)?
-        }
-        None => agent.answer_live(audio_in, &playout, &mut console)?,
+    let log = args
+        .records
+        .open("mic", "microphone", serde_json::Map::new())?;
+    eprintln!("mic: this call's record: {}", log.path().display());
+    let mut recorded = Recorded::new(console, log, timeline);
+    let turns = match agent.answer_live(audio_in, &playout, &mut recorded) {
+        Ok(turns) => turns,
+        Err(e) => return Err(recorded.failed(e)),
     };
     // Let the last reply finish playing.
     while playout.pending() {
@@ -220,9 +221,10 @@ fn run(args: Args) -> Result<()> {
     drop(microphone);
     drop(speaker);
     println!("{}", turn_table(&turns));
-    if let Some(timeline) = timeline {
-        timeline.finish(serde_json::Map::new())?;
-    }
+    recorded.finish(serde_json::Map::from_iter([(
+        "reason".to_string(),
+        "the microphone was stopped".into(),
+    )]))?;
     eprintln!("mic: {} turns", turns.len());
     Ok(())
 }

@@ -1,8 +1,11 @@
 //! Answers a recorded call end to end and shows what each turn took.
 //!
 //! ```text
-//! playback CALL.wav --out REPLY.wav --timeline TURNS.json [--realtime | --fast]
+//! playback CALL.wav --out REPLY.wav --timeline TURNS.json [--realtime | --fast] [--records DIR]
 //! ```
+//!
+//! Each turn is on disk as it ends: appended to the call's record in the records
+//! directory, and in the timeline file (rewritten whole).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -11,7 +14,7 @@ use std::time::Instant;
 use anyhow::Result;
 use clap::Parser;
 use sublet_agent::{turn_table, Pacing, STAGE_NAMES};
-use sublet_demos::{AgentArgs, Progress, Recorded, SchedulerArgs, TimelineFile};
+use sublet_demos::{AgentArgs, Progress, Recorded, RecordsArgs, SchedulerArgs, TimelineFile};
 
 /// Feed a recorded call (any WAV) through the voice pipeline and write the agent's replies.
 #[derive(Parser, Debug)]
@@ -38,6 +41,8 @@ struct Args {
     agent: AgentArgs,
     #[command(flatten)]
     scheduler: SchedulerArgs,
+    #[command(flatten)]
+    records: RecordsArgs,
 }
 
 fn run(args: Args) -> Result<()> {
@@ -75,16 +80,20 @@ fn run(args: Args) -> Result<()> {
         ("pacing".to_string(), pacing_name.into()),
     ]);
     // Kept current after every turn: an error or a kill loses none answered so far.
-    let mut timeline = TimelineFile::create(&args.timeline, fields)?;
-    let outcome = agent.answer_recording(
+    let name = args.call.display().to_string();
+    let log = args.records.open("playback", &name, fields.clone())?;
+    eprintln!("playback: this call's record: {}", log.path().display());
+    let timeline = TimelineFile::create(&args.timeline, fields)?;
+    let mut recorded = Recorded::new(Progress::default(), log, Some(timeline));
+    let outcome = match agent.answer_recording(
         &call,
         pacing,
         args.rate.unwrap_or(call.rate),
-        &mut Recorded {
-            inner: Progress::default(),
-            timeline: &mut timeline,
-        },
-    )?;
+        &mut recorded,
+    ) {
+        Ok(outcome) => outcome,
+        Err(e) => return Err(recorded.failed(e)),
+    };
     let mut reply = outcome.reply.audio;
     let call_len = (call.duration_s() * reply.rate as f64) as usize;
     if reply.samples.len() < call_len {
@@ -101,10 +110,13 @@ fn run(args: Args) -> Result<()> {
         m.insert("voice_to_voice".into(), v2v.into());
         m
     });
-    timeline.finish(serde_json::Map::from_iter([(
-        "median_stage_latency_s".to_string(),
-        serde_json::to_value(medians)?,
-    )]))?;
+    recorded.finish(serde_json::Map::from_iter([
+        ("reason".to_string(), "the recording ended".into()),
+        (
+            "median_stage_latency_s".to_string(),
+            serde_json::to_value(medians)?,
+        ),
+    ]))?;
 
     println!("{}", turn_table(&outcome.turns));
     eprintln!(

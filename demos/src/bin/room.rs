@@ -12,7 +12,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Result};
 use clap::Parser;
 use sublet_agent::turn_table;
-use sublet_demos::{CallArgs, Progress};
+use sublet_demos::{CallArgs, Progress, Recorded};
 use sublet_livekit::{LiveKitAgent, LiveKitCredentials};
 
 #[derive(Parser, Debug)]
@@ -36,7 +36,7 @@ struct Args {
 }
 
 fn run(args: Args) -> Result<()> {
-    let (url, token) = match (args.token, args.room) {
+    let (url, token) = match (args.token.clone(), args.room.clone()) {
         (Some(token), _) => match args.url {
             Some(url) => (url, token),
             None => bail!("--token needs --url (or LIVEKIT_URL)"),
@@ -55,7 +55,16 @@ fn run(args: Args) -> Result<()> {
     };
     let (agent, runtime) = args.call.start("room")?;
     eprintln!("room: joining {url}");
-    let call = agent.answer_room(runtime.handle(), &url, &token, &mut Progress::default())?;
+    let options = args.call.room_options();
+    let fields = serde_json::Map::from_iter([("url".to_string(), url.clone().into())]);
+    let log = args
+        .call
+        .records
+        .open("room", args.room.as_deref().unwrap_or("room"), fields)?;
+    eprintln!("room: this call's record: {}", log.path().display());
+    // The call's end is written to the record by the call itself (`call_ended`).
+    let mut recorded = Recorded::new(Progress::default(), log, None);
+    let call = agent.answer_room(runtime.handle(), &url, &token, &options, &mut recorded)?;
     println!("{}", turn_table(&call.turns));
     eprintln!(
         "room: {} turns with {}; the call ended: {}",

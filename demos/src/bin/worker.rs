@@ -13,7 +13,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 use clap::Parser;
 use sublet_agent::{turn_table, CallObserver};
-use sublet_demos::{CallArgs, Progress};
+use sublet_demos::{CallArgs, Progress, Recorded};
 use sublet_livekit::{LiveKitAgent, LiveKitCredentials, WorkerOptions};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
@@ -58,6 +58,7 @@ fn run(args: Args) -> Result<()> {
     let options = WorkerOptions {
         agent_name: args.agent_name,
         max_calls: args.max_calls,
+        call: args.call.room_options(),
     };
     eprintln!(
         "worker: registering at {} (agent name {:?}, up to {} calls)",
@@ -65,11 +66,23 @@ fn run(args: Args) -> Result<()> {
         options.agent_name,
         options.max_calls
     );
+    let records = args.call.records.clone();
     let progress = |room: &str| -> Box<dyn CallObserver> {
         eprintln!("worker: joining room {room}");
-        Box::new(Progress {
+        let progress = Progress {
             label: format!("[{room}]"),
-        })
+        };
+        // Each call's turns kept as they end; its end is written by the call itself.
+        match records.open("worker", room, serde_json::Map::new()) {
+            Ok(log) => {
+                eprintln!("[{room}] this call's record: {}", log.path().display());
+                Box::new(Recorded::new(progress, log, None))
+            }
+            Err(e) => {
+                eprintln!("[{room}] no record kept for this call: {e:#}");
+                Box::new(progress)
+            }
+        }
     };
     let report = agent.work(runtime.handle(), &credentials, &options, drain, &progress)?;
     for job in &report.jobs {

@@ -102,6 +102,26 @@ impl TestServer {
         participant.is_some()
     }
 
+    /// Stops forwarding the media `identity` publishes in `room` while its signal
+    /// connection stays up, as a broken media path would; `false` if nobody by that name
+    /// is there.
+    pub fn stop_media(&self, room: &str, identity: &str) -> bool {
+        let participant = self.state.participant(room, |p| p.identity == identity);
+        if let Some(participant) = &participant {
+            participant.stop_media();
+        }
+        participant.is_some()
+    }
+
+    /// Drops every connected worker's connection without a word, as a failing network
+    /// would; returns how many there were.
+    pub fn drop_workers(&self) -> usize {
+        let workers = self.state.workers.lock().unwrap_or_else(|e| e.into_inner());
+        let connected: Vec<_> = workers.iter().filter(|w| w.connected()).collect();
+        connected.iter().for_each(|w| w.drop_connection());
+        connected.len()
+    }
+
     /// Dispatches an agent to `room` (LiveKit's explicit dispatch): offers the job to the
     /// workers registered as `agent_name` and assigns it to the first that takes it.
     pub fn dispatch(&self, room: &str, agent_name: &str) -> Result<String> {

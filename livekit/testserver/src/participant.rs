@@ -2,6 +2,7 @@
 //! the tracks it publishes (forwarded to everyone else in the room) and the tracks it is
 //! sent.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -42,6 +43,9 @@ pub struct Participant {
     /// One subscriber negotiation at a time; the client's answer to the one in flight.
     negotiation: tokio::sync::Mutex<()>,
     answer: Mutex<Option<oneshot::Sender<String>>>,
+    /// The test stopped this participant's media: its packets are no longer forwarded,
+    /// as when a media path breaks under a live signal connection.
+    media_stopped: Arc<AtomicBool>,
 }
 
 /// What changes a participant's signal connection from outside its session.
@@ -62,6 +66,12 @@ impl Participant {
 
     pub fn control(&self, control: Control) {
         let _ = self.control.send(control);
+    }
+
+    /// Stops forwarding the media this participant publishes; its signal connection
+    /// stays up.
+    pub fn stop_media(&self) {
+        self.media_stopped.store(true, Ordering::Relaxed);
     }
 
     fn send(&self, message: Reply) {
@@ -149,6 +159,7 @@ pub async fn serve(state: Arc<ServerState>, claims: Claims, mut socket: WebSocke
         published: Mutex::new(Vec::new()),
         negotiation: tokio::sync::Mutex::new(()),
         answer: Mutex::new(None),
+        media_stopped: Arc::new(AtomicBool::new(false)),
     });
     let (room_sid, others_now) = {
         let mut rooms = lock(&state.rooms);
@@ -448,7 +459,7 @@ async fn publish(
         }));
         subscribe(other, publisher.clone(), info.clone(), outputs.clone());
     }
-    tokio::spawn(forward(track, outputs));
+    tokio::spawn(forward(track, outputs, me.media_stopped.clone()));
 }
 
 /// Relays the data packets a participant sends (text streams among them) to everyone else
@@ -482,9 +493,17 @@ async fn relay(
     }
 }
 
-/// Copies a published track's packets to every subscriber's output track.
-async fn forward(track: Arc<dyn TrackRemote>, outputs: Arc<Mutex<Vec<Arc<OutputTrack>>>>) {
+/// Copies a published track's packets to every subscriber's output track, until its
+/// participant's media is stopped.
+async fn forward(
+    track: Arc<dyn TrackRemote>,
+    outputs: Arc<Mutex<Vec<Arc<OutputTrack>>>>,
+    stopped: Arc<AtomicBool>,
+) {
     while let Some(event) = track.poll().await {
+        if stopped.load(Ordering::Relaxed) {
+            continue;
+        }
         if let TrackRemoteEvent::OnRtpPacket(packet) = event {
             let targets: Vec<_> = lock(&outputs).clone();
             for target in targets {

@@ -28,6 +28,19 @@ pub struct Worker {
     /// Every status the worker reported, in order (kept after it leaves, for the tests).
     pub statuses: Mutex<Vec<proto::UpdateWorkerStatus>>,
     connected: AtomicBool,
+    /// The test's order to drop the connection, as a failing network would.
+    dropped: tokio::sync::Notify,
+}
+
+impl Worker {
+    pub fn connected(&self) -> bool {
+        self.connected.load(Ordering::Relaxed)
+    }
+
+    /// Drops the worker's connection without a word.
+    pub fn drop_connection(&self) {
+        self.dropped.notify_one();
+    }
 }
 
 /// A job the server dispatched, and what its worker last said of it.
@@ -76,6 +89,7 @@ pub async fn serve(state: Arc<ServerState>, mut socket: WebSocket) -> Result<()>
         offers: Mutex::new(HashMap::new()),
         statuses: Mutex::new(Vec::new()),
         connected: AtomicBool::new(true),
+        dropped: tokio::sync::Notify::new(),
     });
     socket
         .send(frame(ToWorker::Register(proto::RegisterWorkerResponse {
@@ -100,6 +114,7 @@ pub async fn serve(state: Arc<ServerState>, mut socket: WebSocket) -> Result<()>
                 Ok(None) => break Ok(()),
                 Err(e) => break Err(e),
             },
+            _ = worker.dropped.notified() => break Ok(()),
         }
     };
     worker.connected.store(false, Ordering::Relaxed);

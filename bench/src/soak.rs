@@ -1,0 +1,219 @@
+//! The soak's plan and figures, as plain code: which fault each call gets, and what the
+//! run's records add up to (turns answered and failed, turns lost without a record, faults
+//! survived, resident memory's slope after warm-up, file descriptors).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use sublet_agent::TurnRecord;
+
+/// A fault one call of the soak gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fault {
+    /// None beyond the engine refusal every call's second turn gets.
+    None,
+    /// The agent's signal connection dropped mid-call (it resumes).
+    SignalDropped,
+    /// The caller's media stopped mid-call, their connection up (the agent hangs up).
+    MediaStopped,
+    /// The call's thread panics at its first answered turn (the worker reports it failed).
+    CallPanics,
+    /// The worker's connection dropped mid-call (it registers again).
+    WorkerDropped,
+}
+
+/// The faults in the order calls get them, round and round.
+pub const SCHEDULE: [Fault; 5] = [
+    Fault::None,
+    Fault::SignalDropped,
+    Fault::MediaStopped,
+    Fault::CallPanics,
+    Fault::WorkerDropped,
+];
+
+/// The fault of call number `n` (0, 1, …).
+pub fn fault_of(n: usize) -> Fault {
+    SCHEDULE[n % SCHEDULE.len()]
+}
+
+/// One call of the soak, as it ended.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SoakCall {
+    pub room: String,
+    pub fault: Fault,
+    /// Turns the agent's detector ended (each must have a record).
+    pub turns_ended: usize,
+    /// The turns its record on disk holds.
+    pub recorded: Vec<TurnRecord>,
+    /// How the call ended, as the worker reported it (its `CallEnd`, or its failure).
+    pub ended: String,
+    /// The worker reported the call failed.
+    pub failed: bool,
+    /// The fault's effect was seen (a resume, a hang-up for stopped media, a failure
+    /// reported for the panic, a new registration for the dropped worker).
+    pub fault_seen: bool,
+}
+
+/// A sample of the process.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct ProcessSample {
+    pub at_s: f64,
+    pub rss_mb: f64,
+    pub fds: usize,
+    pub threads: usize,
+}
+
+/// What a soak adds up to.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SoakFigures {
+    pub calls: usize,
+    pub turns_ended: usize,
+    /// Recorded turns by outcome.
+    pub outcomes: BTreeMap<String, usize>,
+    /// Turns ended with no record on disk.
+    pub turns_lost: usize,
+    /// Faults injected and seen to take effect with the worker going on, by fault.
+    pub faults_injected: BTreeMap<String, usize>,
+    pub faults_survived: BTreeMap<String, usize>,
+    /// Resident memory's slope after warm-up, MB a minute (least squares).
+    pub rss_slope_mb_per_min: Option<f64>,
+    pub rss_first_mb: Option<f64>,
+    pub rss_last_mb: Option<f64>,
+    pub fds_min_max: Option<(usize, usize)>,
+    pub threads_min_max: Option<(usize, usize)>,
+}
+
+/// The figures from the calls and the samples; samples before `warm_up_s` are left out of
+/// the memory slope.
+pub fn figures(calls: &[SoakCall], samples: &[ProcessSample], warm_up_s: f64) -> SoakFigures {
+    let mut outcomes = BTreeMap::new();
+    let mut faults_injected = BTreeMap::new();
+    let mut faults_survived = BTreeMap::new();
+    let mut turns_lost = 0;
+    for call in calls {
+        for turn in &call.recorded {
+            *outcomes.entry(name(&turn.outcome)).or_insert(0) += 1;
+        }
+        turns_lost += call.turns_ended.saturating_sub(call.recorded.len());
+        if call.fault != Fault::None {
+            *faults_injected.entry(name(&call.fault)).or_insert(0) += 1;
+            if call.fault_seen {
+                *faults_survived.entry(name(&call.fault)).or_insert(0) += 1;
+            }
+        }
+    }
+    let warm: Vec<(f64, f64)> = samples
+        .iter()
+        .filter(|s| s.at_s >= warm_up_s)
+        .map(|s| (s.at_s / 60.0, s.rss_mb))
+        .collect();
+    let min_max = |values: Vec<usize>| Some((*values.iter().min()?, *values.iter().max()?));
+    SoakFigures {
+        calls: calls.len(),
+        turns_ended: calls.iter().map(|c| c.turns_ended).sum(),
+        outcomes,
+        turns_lost,
+        faults_injected,
+        faults_survived,
+        rss_slope_mb_per_min: slope(&warm),
+        rss_first_mb: samples.first().map(|s| s.rss_mb),
+        rss_last_mb: samples.last().map(|s| s.rss_mb),
+        fds_min_max: min_max(samples.iter().map(|s| s.fds).collect()),
+        threads_min_max: min_max(samples.iter().map(|s| s.threads).collect()),
+    }
+}
+
+/// The least-squares slope of y over x; `None` with fewer than two distinct x.
+pub fn slope(points: &[(f64, f64)]) -> Option<f64> {
+    let n = points.len() as f64;
+    let mean_x = points.iter().map(|p| p.0).sum::<f64>() / n;
+    let mean_y = points.iter().map(|p| p.1).sum::<f64>() / n;
+    let sxx: f64 = points.iter().map(|p| (p.0 - mean_x).powi(2)).sum();
+    let sxy: f64 = points.iter().map(|p| (p.0 - mean_x) * (p.1 - mean_y)).sum();
+    (points.len() >= 2 && sxx > 0.0).then(|| sxy / sxx)
+}
+
+/// A value's name as the report writes it (its serde name).
+fn name<T: Serialize>(value: &T) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(name)) => name,
+        _ => "?".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sublet_agent::TurnOutcome;
+
+    fn turn(outcome: TurnOutcome) -> TurnRecord {
+        let mut turn: TurnRecord = serde_json::from_value(serde_json::json!({
+            "index": 1, "transcript": "hi", "reply": "hello", "caller_stop_s": 1.0,
+            "end_of_turn_s": 1.5, "transcript_s": 1.5, "first_token_s": 1.6,
+            "first_sentence_s": 1.7, "first_audio_s": 1.8, "end_of_turn_score": 0.9
+        }))
+        .unwrap();
+        turn.outcome = outcome;
+        turn
+    }
+
+    #[test]
+    fn the_figures_count_lost_turns_faults_and_the_memory_slope() {
+        let call = |fault, ended, recorded: Vec<TurnRecord>, seen| SoakCall {
+            room: "r".into(),
+            fault,
+            turns_ended: ended,
+            recorded,
+            ended: String::new(),
+            failed: false,
+            fault_seen: seen,
+        };
+        let calls = [
+            call(
+                Fault::None,
+                3,
+                vec![
+                    turn(TurnOutcome::Answered),
+                    turn(TurnOutcome::EngineFailed),
+                    turn(TurnOutcome::Answered),
+                ],
+                false,
+            ),
+            // One turn ended with no record: lost.
+            call(
+                Fault::CallPanics,
+                2,
+                vec![turn(TurnOutcome::Answered)],
+                true,
+            ),
+            call(
+                Fault::MediaStopped,
+                1,
+                vec![turn(TurnOutcome::Answered)],
+                false,
+            ),
+        ];
+        // 60 MB a minute during warm-up, flat after.
+        let samples: Vec<ProcessSample> = (0..20)
+            .map(|i| ProcessSample {
+                at_s: i as f64 * 30.0,
+                rss_mb: 100.0 + (i.min(4) as f64) * 30.0,
+                fds: 40 + i % 3,
+                threads: 30,
+            })
+            .collect();
+        let f = figures(&calls, &samples, 120.0);
+        assert_eq!((f.calls, f.turns_ended, f.turns_lost), (3, 6, 1));
+        assert_eq!(f.outcomes["answered"], 4);
+        assert_eq!(f.outcomes["engine_failed"], 1);
+        assert_eq!(f.faults_injected["call_panics"], 1);
+        assert_eq!(f.faults_survived.get("call_panics"), Some(&1));
+        assert_eq!(f.faults_survived.get("media_stopped"), None);
+        assert!(f.rss_slope_mb_per_min.unwrap().abs() < 1e-9, "{f:?}");
+        assert_eq!(f.fds_min_max, Some((40, 42)));
+        assert_eq!(fault_of(3), Fault::CallPanics);
+        assert!((slope(&[(0.0, 1.0), (1.0, 3.0)]).unwrap() - 2.0).abs() < 1e-12);
+        assert_eq!(slope(&[(1.0, 1.0)]), None);
+    }
+}
