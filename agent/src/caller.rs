@@ -54,11 +54,11 @@ impl Caller {
         Ok(Self {
             detector: agent.new_detector()?,
             stt: match stt_needed {
-                true => Some(Transcriber::load(&agent.cache)?),
+                true => Some(agent.transcriber()?),
                 false => None,
             },
             early: match config.early_transcript {
-                true => Some(EarlyTranscript::start(Transcriber::load(&agent.cache)?)?),
+                true => Some(EarlyTranscript::start(agent.transcriber()?)?),
                 false => None,
             },
             dispatch: TurnDispatch::new(DispatchRules {

@@ -34,12 +34,12 @@ pub mod responder;
 pub mod sentence;
 mod turn_failure;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use anyhow::Result;
 use sublet_engine::{Engine, EngineConfig, Repetition};
 use sublet_models::ModelCache;
-use sublet_stt::Transcriber;
+use sublet_stt::{SpeechModel, Transcriber};
 use sublet_tts::Voice;
 use sublet_turn_detect::{EndpointConfig, TurnDetector};
 
@@ -133,11 +133,16 @@ impl Default for AgentConfig {
     }
 }
 
-/// The shared parts (the engine, the model cache) from which calls are made.
+/// The shared parts (the engine, the model cache, the speech model once loaded) from which
+/// calls are made.
 pub struct VoiceAgent {
     pub cache: ModelCache,
     pub engine: Arc<Engine>,
     pub config: AgentConfig,
+    /// Whisper, loaded by the first call that needs it and shared by every call after: a
+    /// call loads none of its own (each made two or three copies, a soak's resident
+    /// memory growing with every call).
+    speech: Arc<OnceLock<SpeechModel>>,
 }
 
 impl VoiceAgent {
@@ -152,7 +157,30 @@ impl VoiceAgent {
             cache,
             engine,
             config,
+            speech: Arc::default(),
         }
+    }
+
+    /// The same agent with another configuration, sharing its engine and models.
+    pub fn with_config(&self, config: AgentConfig) -> Self {
+        Self {
+            cache: self.cache.clone(),
+            engine: self.engine.clone(),
+            config,
+            speech: self.speech.clone(),
+        }
+    }
+
+    /// A transcriber of the call's own over the shared speech model.
+    pub(crate) fn transcriber(&self) -> Result<Transcriber> {
+        let model = match self.speech.get() {
+            Some(model) => model,
+            None => {
+                let loaded = SpeechModel::load(&self.cache)?;
+                self.speech.get_or_init(|| loaded)
+            }
+        };
+        model.transcriber()
     }
 
     /// A turn detector for a new caller.
@@ -163,7 +191,7 @@ impl VoiceAgent {
     /// A replier for a new call (its own transcriber, voice and chat history).
     pub fn new_responder(&self) -> Result<Responder> {
         Ok(Responder::new(
-            Transcriber::load(&self.cache)?,
+            self.transcriber()?,
             Voice::load(&self.cache)?,
             self.engine.clone(),
             self.config.clone(),

@@ -70,7 +70,7 @@ fn call_agent(agent: &VoiceAgent, round: usize, caller: usize, repeat: usize) ->
         ),
         ..agent.config.clone()
     };
-    VoiceAgent::with_engine(agent.cache.clone(), agent.engine.clone(), config)
+    agent.with_config(config)
 }
 
 /// Runs one round as `plan` says, to its end: the window, then the calls in progress.

@@ -18,6 +18,7 @@ use tokio::sync::{mpsc, oneshot};
 use webrtc::data_channel::DataChannel;
 use webrtc::media_stream::track_remote::{TrackRemote, TrackRemoteEvent};
 
+use super::participants;
 use super::peer::{media_ip, Peer};
 use super::publish::AudioPublisher;
 
@@ -392,33 +393,8 @@ async fn handle(
             }
         }
         Reply::Update(update) => {
-            for p in update.participants {
-                let gone = p.state == proto::participant_info::State::Disconnected as i32;
-                let known = lock(names).contains_key(&p.sid);
-                if gone {
-                    lock(names).remove(&p.sid);
-                    let _ = room_events.send(RoomEvent::ParticipantLeft {
-                        identity: p.identity,
-                    });
-                    continue;
-                }
-                if !known {
-                    lock(names).insert(p.sid.clone(), p.identity.clone());
-                    let _ = room_events.send(RoomEvent::ParticipantJoined {
-                        identity: p.identity.clone(),
-                    });
-                }
-                let audio: Vec<_> = p
-                    .tracks
-                    .iter()
-                    .filter(|t| t.r#type == proto::TrackType::Audio as i32)
-                    .collect();
-                if !audio.is_empty() {
-                    let _ = room_events.send(RoomEvent::MicrophoneMuted {
-                        identity: p.identity,
-                        muted: audio.iter().all(|t| t.muted),
-                    });
-                }
+            for event in participants::on_update(&mut lock(names), update) {
+                let _ = room_events.send(event);
             }
         }
         Reply::Leave(leave) => {

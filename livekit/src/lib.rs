@@ -5,6 +5,7 @@
 //! - `token.rs`: the server's URL and API key from LiveKit's environment variables, and the
 //!   agent's own access tokens;
 //! - `connection.rs`: joining a room and hearing each participant's microphone at 16 kHz;
+//! - `participants.rs`: who joined, left or muted, from the server's updates;
 //! - `publish.rs`: the agent's voice, as Opus packets on its microphone track;
 //! - `call.rs`: one call in a room, through the voice pipeline;
 //! - `worker.rs`: the agent as a LiveKit agent worker, taking calls as the server assigns them;
@@ -18,6 +19,7 @@
 mod call;
 mod connection;
 mod ended;
+mod participants;
 pub mod peer;
 mod publish;
 mod token;

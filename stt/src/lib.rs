@@ -4,6 +4,7 @@
 //! weights that ship in a registry package into whisper.cpp's ggml file.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use sublet_models::ModelCache;
@@ -29,14 +30,12 @@ const FULL_AUDIO_CTX: i32 = 1500;
 /// Tokens a second of speech can need, generously (six words a second, some split).
 const MAX_TOKENS_PER_S: f64 = 10.0;
 
-/// A loaded Whisper model with one decoding state (one transcription at a time).
-pub struct Transcriber {
-    // The state borrows the model's weights through a shared handle inside whisper-rs.
-    state: WhisperState,
-    threads: i32,
-}
+/// A loaded Whisper model, shared: every [`Transcriber`] made from it decodes with a state
+/// of its own over the same weights, so calls do not each load the model.
+#[derive(Clone)]
+pub struct SpeechModel(Arc<WhisperContext>);
 
-impl Transcriber {
+impl SpeechModel {
     pub fn load(cache: &ModelCache) -> Result<Self> {
         Self::from_file(&cache.whisper_ggml()?)
     }
@@ -48,7 +47,12 @@ impl Transcriber {
         let context =
             WhisperContext::new_with_params(path_str, WhisperContextParameters::default())
                 .with_context(|| format!("loading Whisper model {}", path.display()))?;
-        let state = context.create_state().context("creating Whisper state")?;
+        Ok(Self(Arc::new(context)))
+    }
+
+    /// A transcriber of its own (one transcription at a time) over this model.
+    pub fn transcriber(&self) -> Result<Transcriber> {
+        let state = self.0.create_state().context("creating Whisper state")?;
         // One thread unless `SUBLET_STT_THREADS` says otherwise: whisper.cpp's threads wait
         // for each other by spinning, and beside an engine that keeps every core busy a
         // 2-thread transcription took 30–45 s instead of 0.3 s (measured by `bench`).
@@ -57,7 +61,25 @@ impl Transcriber {
             .and_then(|v| v.parse::<i32>().ok())
             .filter(|n| *n >= 1)
             .unwrap_or(1);
-        Ok(Self { state, threads })
+        Ok(Transcriber { state, threads })
+    }
+}
+
+/// A Whisper decoding state over a loaded model (one transcription at a time).
+pub struct Transcriber {
+    // The state borrows the model's weights through a shared handle inside whisper-rs.
+    state: WhisperState,
+    threads: i32,
+}
+
+impl Transcriber {
+    /// Loads the model for this transcriber alone (see [`SpeechModel`] to share it).
+    pub fn load(cache: &ModelCache) -> Result<Self> {
+        SpeechModel::load(cache)?.transcriber()
+    }
+
+    pub fn from_file(path: &Path) -> Result<Self> {
+        SpeechModel::from_file(path)?.transcriber()
     }
 
     /// The text spoken in 16 kHz mono audio, trimmed; empty for silence.
