@@ -62,6 +62,9 @@ pub struct ProcessSample {
     pub rss_mb: f64,
     pub fds: usize,
     pub threads: usize,
+    /// WebRTC peer connections not yet freed (the agent's and the test server's).
+    #[serde(default)]
+    pub peer_connections: usize,
 }
 
 /// What a soak adds up to.
@@ -82,6 +85,9 @@ pub struct SoakFigures {
     pub rss_last_mb: Option<f64>,
     pub fds_min_max: Option<(usize, usize)>,
     pub threads_min_max: Option<(usize, usize)>,
+    /// WebRTC peer connections not yet freed: first and last sample.
+    #[serde(default)]
+    pub peer_connections_first_last: Option<(usize, usize)>,
 }
 
 /// The figures from the calls and the samples; samples before `warm_up_s` are left out of
@@ -121,6 +127,10 @@ pub fn figures(calls: &[SoakCall], samples: &[ProcessSample], warm_up_s: f64) ->
         rss_last_mb: samples.last().map(|s| s.rss_mb),
         fds_min_max: min_max(samples.iter().map(|s| s.fds).collect()),
         threads_min_max: min_max(samples.iter().map(|s| s.threads).collect()),
+        peer_connections_first_last: samples
+            .first()
+            .zip(samples.last())
+            .map(|(a, b)| (a.peer_connections, b.peer_connections)),
     }
 }
 
@@ -201,6 +211,7 @@ mod tests {
                 rss_mb: 100.0 + (i.min(4) as f64) * 30.0,
                 fds: 40 + i % 3,
                 threads: 30,
+                peer_connections: 2,
             })
             .collect();
         let f = figures(&calls, &samples, 120.0);

@@ -4,7 +4,7 @@
 //! trickles its own; it takes the other side's trickled candidates, early ones included.
 
 use std::net::{IpAddr, Ipv4Addr, UdpSocket};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -45,6 +45,37 @@ struct Handler {
     gathered: watch::Sender<bool>,
     remote_tracks: Option<mpsc::UnboundedSender<Arc<dyn TrackRemote>>>,
     remote_data: Option<mpsc::UnboundedSender<Arc<dyn DataChannel>>>,
+}
+
+/// Peer connections whose event handler is still alive: webrtc-rs frees a connection's
+/// handler with the connection, so this counts the connections not yet freed (the soak
+/// samples it, to tell a leak of connections from other growth).
+static LIVE_HANDLERS: AtomicUsize = AtomicUsize::new(0);
+
+/// Peer connections made in this process and not yet freed.
+pub fn live_peer_connections() -> usize {
+    LIVE_HANDLERS.load(Ordering::Relaxed)
+}
+
+impl Handler {
+    fn new(
+        gathered: watch::Sender<bool>,
+        remote_tracks: Option<mpsc::UnboundedSender<Arc<dyn TrackRemote>>>,
+        remote_data: Option<mpsc::UnboundedSender<Arc<dyn DataChannel>>>,
+    ) -> Self {
+        LIVE_HANDLERS.fetch_add(1, Ordering::Relaxed);
+        Self {
+            gathered,
+            remote_tracks,
+            remote_data,
+        }
+    }
+}
+
+impl Drop for Handler {
+    fn drop(&mut self) {
+        LIVE_HANDLERS.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 #[async_trait::async_trait]
@@ -137,11 +168,11 @@ impl Peer {
             .with_configuration(RTCConfigurationBuilder::new().build())
             .with_media_engine(media)
             .with_interceptor_registry(registry)
-            .with_handler(Arc::new(Handler {
-                gathered: gathered_tx,
+            .with_handler(Arc::new(Handler::new(
+                gathered_tx,
                 remote_tracks,
                 remote_data,
-            }))
+            )))
             .with_udp_addrs(vec![format!("{ip}:0")])
             .build()
             .await

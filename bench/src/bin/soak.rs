@@ -230,8 +230,8 @@ fn main() -> Result<()> {
                 n + 1,
                 fault_of(n),
                 last.map_or(String::new(), |s| format!(
-                    "resident {:.0} MB, {} fds, {} threads",
-                    s.rss_mb, s.fds, s.threads
+                    "resident {:.0} MB, {} fds, {} threads, {} peer connections not freed",
+                    s.rss_mb, s.fds, s.threads, s.peer_connections
                 ))
             );
             n += 1;
@@ -385,6 +385,7 @@ fn sample(started: Instant) -> Option<ProcessSample> {
         rss_mb: field("VmRSS:")? / 1024.0,
         fds: std::fs::read_dir("/proc/self/fd").ok()?.count(),
         threads: field("Threads:")? as usize,
+        peer_connections: sublet_livekit::peer::live_peer_connections(),
     })
 }
 
@@ -407,7 +408,7 @@ fn write_report(
         serde_json::to_string_pretty(&json)? + "\n",
     )?;
     let mut md = format!(
-        "# Soak\n\n- Command: `cargo xtask soak --minutes {}`\n- Calls: {} ({CALL}), turns the detector ended: {}, turns lost without a record: **{}**\n- Turns recorded by outcome: {:?}\n- Faults injected: {:?}; survived: {:?} (the worker registered again {registered_again} times)\n- Resident memory: {:.0} MB first, {:.0} MB last; slope after {:.0} min of warm-up: **{} MB/min**\n- File descriptors (min, max): {:?}; threads (min, max): {:?}\n\n| room | fault | turns ended | recorded | fault seen | ended |\n|---|---|---:|---:|---|---|\n",
+        "# Soak\n\n- Command: `cargo xtask soak --minutes {}`\n- Calls: {} ({CALL}), turns the detector ended: {}, turns lost without a record: **{}**\n- Turns recorded by outcome: {:?}\n- Faults injected: {:?}; survived: {:?} (the worker registered again {registered_again} times)\n- Resident memory: {:.0} MB first, {:.0} MB last; slope after {:.0} min of warm-up: **{} MB/min**\n- File descriptors (min, max): {:?}; threads (min, max): {:?}; WebRTC peer connections not freed (first, last sample): {:?}\n\n| room | fault | turns ended | recorded | fault seen | ended |\n|---|---|---:|---:|---|---|\n",
         args.minutes,
         figures.calls,
         figures.turns_ended,
@@ -423,6 +424,7 @@ fn write_report(
             .map_or("–".into(), |s| format!("{s:.2}")),
         figures.fds_min_max,
         figures.threads_min_max,
+        figures.peer_connections_first_last,
     );
     for call in calls {
         md += &format!(
