@@ -5,9 +5,13 @@
 
 use std::io::{BufRead, BufReader};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+
+use sublet_engine::server::{router, serve, ConnectionLimits, Metrics, ServerConfig};
+use sublet_engine::Engine;
 
 use crate::stats::AgentCallRecord;
 use crate::trace::{sessions, AgentCall};
@@ -25,6 +29,28 @@ fn filler(seed: usize, tokens: usize) -> String {
         .map(|i| WORDS[(seed * 31 + i * 7 + i / 5) % WORDS.len()])
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// Serves the engine's OpenAI-compatible API on a free local port on `runtime`, as the
+/// agents reach it; returns its base URL (`http://127.0.0.1:PORT`).
+pub fn serve_api(
+    engine: &Arc<Engine>,
+    runtime: &tokio::runtime::Runtime,
+) -> anyhow::Result<String> {
+    let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))?;
+    let base_url = format!("http://{}", listener.local_addr()?);
+    let app = router(
+        engine.clone(),
+        ServerConfig::default(),
+        Arc::new(Metrics::default()),
+    );
+    runtime.spawn(serve(
+        listener,
+        app,
+        ConnectionLimits::default(),
+        std::future::pending(),
+    ));
+    Ok(base_url)
 }
 
 /// Replays `trace` against the API at `base_url` (`http://host:port`) until `stop` is set

@@ -22,9 +22,8 @@ use sublet_bench::aiperf::AiPerf;
 use sublet_bench::figures::{figures, RoundRecord, MAKE_ROOM_OFF, MAKE_ROOM_ON, VOICE_ALONE};
 use sublet_bench::report::{markdown, BenchReport};
 use sublet_bench::rounds::{run_round, Recording, RoundPlan};
-use sublet_bench::{mooncake, plots, trace};
+use sublet_bench::{agents, mooncake, plots, trace};
 use sublet_engine::make_room::{PolicyConfig, Switches};
-use sublet_engine::server::{router, serve, ConnectionLimits, Metrics, ServerConfig};
 use sublet_engine::{Engine, EngineConfig, VOICE_PRIORITY};
 use sublet_models::{ModelCache, AIPERF_ENV};
 
@@ -175,19 +174,7 @@ fn run(args: Args) -> Result<()> {
         .map(|name| Recording::load(&cache, name))
         .collect::<Result<Vec<_>>>()?;
     let runtime = tokio::runtime::Runtime::new()?;
-    let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))?;
-    let base_url = format!("http://{}", listener.local_addr()?);
-    let app = router(
-        engine.clone(),
-        ServerConfig::default(),
-        Arc::new(Metrics::default()),
-    );
-    runtime.spawn(serve(
-        listener,
-        app,
-        ConnectionLimits::default(),
-        std::future::pending(),
-    ));
+    let base_url = agents::serve_api(&engine, &runtime)?;
     let read = |path: &PathBuf| {
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
     };

@@ -26,7 +26,6 @@ use sublet_bench::soak::{
 };
 use sublet_bench::{agents, trace};
 use sublet_engine::make_room::{PolicyConfig, Switches};
-use sublet_engine::server::{router, serve, ConnectionLimits, Metrics, ServerConfig};
 use sublet_engine::{Engine, EngineConfig, VOICE_PRIORITY};
 use sublet_livekit::{CallEnd, CallOptions, LiveKitAgent, WorkerOptions};
 use sublet_livekit_testserver::TestServer;
@@ -130,19 +129,7 @@ fn main() -> Result<()> {
     };
     let agent = VoiceAgent::with_engine(cache.clone(), engine.clone(), config);
     let runtime = tokio::runtime::Runtime::new()?;
-    let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))?;
-    let base_url = format!("http://{}", listener.local_addr()?);
-    let app = router(
-        engine.clone(),
-        ServerConfig::default(),
-        Arc::new(Metrics::default()),
-    );
-    runtime.spawn(serve(
-        listener,
-        app,
-        ConnectionLimits::default(),
-        std::future::pending(),
-    ));
+    let base_url = agents::serve_api(&engine, &runtime)?;
     // LiveKit's Node client plays 16-bit mono.
     let wav = args.out.join("call.wav");
     sublet_audio::write_wav(&wav, &sublet_audio::read_wav(cache.call(CALL)?)?)?;
