@@ -42,6 +42,16 @@ pub enum LoadError {
         path: PathBuf,
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// The device could not be opened: no GPU, a build without CUDA, a KV pool that
+    /// does not fit.
+    #[error("opening {device}")]
+    Device {
+        device: String,
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The configuration asks for what this build cannot do yet.
+    #[error("{0}")]
+    Unsupported(&'static str),
     /// The engine's own runtime could not start.
     #[error("starting the engine's runtime: {0}")]
     Runtime(#[from] std::io::Error),

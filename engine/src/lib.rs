@@ -6,6 +6,7 @@
 //! 540 MB, and the products equal the dequantized-F32 path's up to summation order. Stock
 //! candle rounds the activations to 8 bits instead.
 
+mod device;
 mod error;
 pub mod scheduler;
 mod stream;
@@ -15,7 +16,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use candle_core::Device;
 use either::Either;
 use indexmap::IndexMap;
 use mistralrs_core::{
@@ -25,6 +25,7 @@ use mistralrs_core::{
 };
 use sublet_models::{MissingModel, ModelCache};
 
+pub use device::{Accelerator, KvPool, KV_BLOCK_TOKENS};
 pub use error::{EngineError, LoadError};
 use stream::StopCut;
 pub use stream::{DeadlinePassed, Finish, FinishReason, ReplyStream, StreamEvent};
@@ -32,6 +33,7 @@ pub use tokens::TokenCounter;
 
 pub use sublet_make_room as make_room;
 pub mod probe;
+pub mod random_model;
 pub mod server;
 
 /// How the engine loads and runs.
@@ -44,6 +46,8 @@ pub struct EngineConfig {
     pub weights: Weights,
     /// Most sequences the scheduler runs at once.
     pub max_running: usize,
+    /// Where it runs (the CPU by default).
+    pub accelerator: Accelerator,
     /// Run make-room's scheduler (its switches and the KV budget in tokens) instead of
     /// mistral.rs's default one.
     pub make_room: Option<make_room::PolicyConfig>,
@@ -56,6 +60,7 @@ impl EngineConfig {
             model: cache.llm_gguf()?,
             weights: Weights::default(),
             max_running: 16,
+            accelerator: Accelerator::Cpu,
             make_room: None,
         })
     }
@@ -446,6 +451,12 @@ async fn build_runner(
         return Err(LoadError::NoFile(model.clone()));
     };
     let file = file.to_string_lossy().into_owned();
+    let settings = config.accelerator.load_settings()?;
+    if settings.paged.is_some() && config.make_room.is_some() {
+        return Err(LoadError::Unsupported(
+            "make-room on the GPU's paged KV cache is not built yet: run the GPU with mistral.rs's own scheduler (make-room off)",
+        ));
+    }
     let loader = GGUFLoaderBuilder::new(
         None,
         None,
@@ -460,12 +471,12 @@ async fn build_runner(
         .load_model_from_hf(
             None,
             TokenSource::None,
-            &ModelDType::F32,
-            &Device::Cpu,
+            &model_dtype(settings.dtype),
+            &settings.device,
             true,
             DeviceMapSetting::Auto(AutoDeviceMapParams::default_text()),
             None,
-            None,
+            settings.paged,
         )
         .map_err(|e| LoadError::Model {
             path: model.clone(),
@@ -478,10 +489,18 @@ async fn build_runner(
         TokenCounter::new(count, longest.unwrap_or(1))
             .with_json(move || whole.to_string(false).ok())
     });
-    let max_running = config.max_running.max(1).try_into().expect("at least one");
+    let max_running: std::num::NonZeroUsize =
+        config.max_running.max(1).try_into().expect("at least one");
+    let paged_cache = pipeline.lock().await.get_metadata().cache_config.clone();
     let Some(policy) = &config.make_room else {
-        let scheduler = SchedulerConfig::DefaultScheduler {
-            method: DefaultSchedulerMethod::Fixed(max_running),
+        let scheduler = match paged_cache {
+            Some(config) => SchedulerConfig::PagedAttentionMeta {
+                max_num_seqs: max_running.get(),
+                config,
+            },
+            None => SchedulerConfig::DefaultScheduler {
+                method: DefaultSchedulerMethod::Fixed(max_running),
+            },
         };
         let runner = MistralRsBuilder::new(pipeline, scheduler, false, None)
             .build()
@@ -502,6 +521,14 @@ async fn build_runner(
         .build()
         .await;
     Ok((runner, tokens))
+}
+
+fn model_dtype(dtype: candle_core::DType) -> ModelDType {
+    match dtype {
+        candle_core::DType::BF16 => ModelDType::BF16,
+        candle_core::DType::F16 => ModelDType::F16,
+        _ => ModelDType::F32,
+    }
 }
 
 /// Whether mistral.rs's model for this GGUF decodes sequences of different lengths in one
@@ -530,6 +557,7 @@ mod tests {
             model,
             weights: Weights::default(),
             max_running: 1,
+            accelerator: Accelerator::Cpu,
             make_room: None,
         }
     }

@@ -45,7 +45,12 @@ pub fn ensure_aiperf(cache: &ModelCache) -> Result<PathBuf> {
 }
 
 /// A virtual environment at `dir` holding `packages` (pinned), installed by pip once.
-fn ensure_venv(dir: &Path, packages: &[&str], pip_args: &[&str], what: &str) -> Result<()> {
+pub(crate) fn ensure_venv(
+    dir: &Path,
+    packages: &[&str],
+    pip_args: &[&str],
+    what: &str,
+) -> Result<()> {
     let stamp = dir.join("sublet-packages.txt");
     let wanted = packages.join("\n");
     if std::fs::read_to_string(&stamp).is_ok_and(|s| s == wanted)

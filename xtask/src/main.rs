@@ -9,11 +9,13 @@
 //! - `engine-bench`: setup and llama.cpp, then the engine's speed beside llama.cpp's.
 //! - `latency`: setup, then scripted test calls in real time, voice alone, the current
 //!   defaults beside the old configuration.
+//! - `build --cuda`: the engine's GPU binaries, built without a GPU (see [`cuda`]).
 //! - `patches save`: regenerate the patch series on mistral.rs from an edited copy.
 
 mod apt;
 mod calls;
 mod client_env;
+mod cuda;
 mod fetch;
 mod patches;
 mod whisper_ggml;
@@ -44,6 +46,8 @@ commands:
   soak [ARGS]      setup, then calls back to back through the LiveKit test server beside agents,
                    faults on a schedule: turns lost, faults survived, memory's slope
                    (--minutes 30 --out target/soak)
+  build --cuda     the engine's GPU binaries (CUDA 13.0 from its wheels, sm_90 unless
+                   --compute-cap N), stripped and compressed into gpu/bin for gpu/check.sh
   patches save     write patches/<crate>/ back from the commits in patched/<crate>
 
 environment:
@@ -66,6 +70,7 @@ fn main() -> ExitCode {
         Some("engine-bench") => engine_bench(rest),
         Some("latency") => latency(rest),
         Some("soak") => soak(rest),
+        Some("build") => setup().and_then(|cache| cuda::build(&cache, rest)),
         Some("patches") if args.get(1).map(String::as_str) == Some("save") => patches::save(),
         Some("-h" | "--help" | "help") | None => {
             println!("{USAGE}");
