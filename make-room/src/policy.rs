@@ -136,7 +136,14 @@ impl Scheduler {
         r.cached = r.computed;
         r.computed = 0;
         r.running = false;
-        plan.preempted.push(id);
+        // Admitted in this very step, it is simply not admitted: the engine has not seen
+        // it run, and a plan never both admits and preempts one request.
+        match plan.admitted.iter().position(|a| *a == id) {
+            Some(i) => {
+                plan.admitted.remove(i);
+            }
+            None => plan.preempted.push(id),
+        }
     }
 
     /// Running requests the engine would preempt to let `for_id` grow, newest first; with

@@ -4,8 +4,9 @@
 //! Invariants: no stall (work to do and nothing computed for more than `window_tokens`
 //! steps in a row), KV never over budget, no request lost (every admitted request
 //! finishes, or is a turn hint withdrawn for its turn), no superseded hint computed (a
-//! hint still waiting when its call's turn arrives never runs, with the turn hint on), and
-//! with equal priorities the same steps as with every switch off.
+//! hint still waiting when its call's turn arrives never runs, with the turn hint on), no
+//! request both admitted and preempted in one step, and with equal priorities the same
+//! steps as with every switch off.
 
 use std::collections::BTreeSet;
 
@@ -126,6 +127,13 @@ pub fn run(workload: &Workload, switches: &Switches, keep_trace: bool) -> RunRep
         {
             report.violation = Some(format!(
                 "step {}: hint {id} computed after its call's turn arrived",
+                report.steps
+            ));
+            break;
+        }
+        if let Some(id) = plan.admitted.iter().find(|id| plan.preempted.contains(id)) {
+            report.violation = Some(format!(
+                "step {}: request {id} both admitted and preempted",
                 report.steps
             ));
             break;

@@ -10,14 +10,18 @@ use livekit_api::access_token::{AccessToken, VideoGrants};
 use serde_json::Value;
 use sublet_models::ModelCache;
 
-/// The first question of the bundled recorded call ("Good morning. Is it going to rain
-/// today?", 5 s), written to `dir/question.wav` for a caller to publish.
+/// The first question of the bundled recorded call ("Is it going to rain today?", 3.55 s
+/// with its silence), written to `dir/question.wav` for a caller to publish.
 pub fn recorded_question(cache: &ModelCache, dir: &Path) -> std::path::PathBuf {
     let call = sublet_audio::read_wav(cache.call("quick_questions.wav").unwrap()).unwrap();
-    let question = sublet_audio::Audio::new(
-        call.samples[..(5.0 * call.rate as f64) as usize].to_vec(),
-        call.rate,
-    );
+    // "Is it going to rain today?" (2.6–4.25 s of the call) after a second of silence. The
+    // call opens with "Good morning." (1.5–2.25 s) and a 0.35 s pause, which the detector
+    // may rightly take for a turn of its own: whether it does is a race these tests, about
+    // one answered question, must not run.
+    let at = |s: f64| (s * call.rate as f64) as usize;
+    let mut samples = vec![0.0; at(1.0)];
+    samples.extend_from_slice(&call.samples[at(2.45)..at(5.0)]);
+    let question = sublet_audio::Audio::new(samples, call.rate);
     std::fs::create_dir_all(dir).unwrap();
     let path = dir.join("question.wav");
     sublet_audio::write_wav(&path, &question).unwrap();

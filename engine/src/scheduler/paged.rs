@@ -61,14 +61,16 @@ impl PagedKv {
         self.manager().num_free_blocks()
     }
 
-    /// Takes blocks for a sequence's whole prompt, reusing what the prefix cache holds of
-    /// it: the tokens already computed, or `None` (nothing taken) if the pool has no room.
+    /// Looks a sequence's prompt up in the prefix cache and takes the blocks found there:
+    /// the tokens already computed (whole blocks), or `None` (nothing taken) if the pool
+    /// cannot hold them. The blocks for what it computes next come with [`Self::grow`],
+    /// chunk by chunk, as make-room's plan gives it tokens.
     pub fn admit(&mut self, id: SeqId, tokens: &[u32]) -> Option<usize> {
         let hashes = compute_block_hashes(tokens, self.block_size, &[], &[]);
         let mut manager = self.manager.blocking_lock();
         // Empty when prefix caching is off.
         let computed = manager.get_computed_blocks(&hashes, tokens.len());
-        manager.allocate_slots(id, tokens.len(), &computed.block_ids)?;
+        manager.allocate_slots(id, computed.num_computed_tokens, &computed.block_ids)?;
         drop(manager);
         self.hashes.insert(id, hashes);
         Some(computed.num_computed_tokens)
@@ -80,8 +82,11 @@ impl PagedKv {
         self.manager().allocate_slots(id, len, &[]).is_some()
     }
 
-    /// Publishes a sequence's full blocks to the prefix cache once `tokens` are computed.
+    /// Publishes a sequence's full blocks to the prefix cache once `tokens` are computed
+    /// (no further than the blocks it holds: the pool would index past them).
     pub fn publish(&mut self, id: SeqId, tokens: &[u32]) {
+        let held = self.blocks_of(id) * self.block_size;
+        let tokens = &tokens[..tokens.len().min(held)];
         let hashes = self.hashes.entry(id).or_default();
         let new = compute_new_block_hashes(tokens, self.block_size, hashes, &[], &[]);
         hashes.extend(new);
@@ -123,6 +128,14 @@ impl PagedKv {
     pub fn blocks_of(&self, id: SeqId) -> usize {
         self.manager().num_blocks_for_request(id)
     }
+}
+
+/// make-room's KV budget over a pool of `pool_tokens` in blocks of `block_size`: the pool
+/// less one block of rounding for each sequence that may hold blocks (`holders`: the most
+/// running at once, and retained turns). A plan within this budget always fits the pool:
+/// a sequence of `t` tokens holds at most `t + block_size - 1` tokens' worth of blocks.
+pub(crate) fn budget_for_pool(pool_tokens: usize, block_size: usize, holders: usize) -> usize {
+    pool_tokens.saturating_sub(holders * (block_size - 1))
 }
 
 #[cfg(test)]
