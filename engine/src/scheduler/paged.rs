@@ -2,7 +2,8 @@
 //! (`KVCacheManager`, a port of vLLM v1's) that each sequence holds, admitted, grown,
 //! preempted, retained and freed.
 //!
-//! There the KV budget is the pool itself: its blocks × the block size. Preemption is
+//! There make-room's KV budget is the pool less one block of rounding for each sequence
+//! that may hold blocks ([`budget_for_pool`]): a plan within it always fits. Preemption is
 //! recompute, as the engine's own: the sequence's full blocks are published to the prefix
 //! cache and freed, and when it is readmitted it recomputes only what the cache no longer
 //! holds. A finished call turn is retained by not freeing its blocks: the call's next turn
@@ -51,7 +52,7 @@ impl PagedKv {
         self.block_size
     }
 
-    /// The pool's room in tokens (its null block aside): make-room's KV budget.
+    /// The pool's room in tokens (its null block aside).
     pub fn capacity_tokens(&self) -> usize {
         (self.manager().block_pool().num_gpu_blocks() - 1) * self.block_size
     }
