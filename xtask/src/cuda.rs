@@ -18,7 +18,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use sublet_models::ModelCache;
 
-use crate::{cargo, client_env, repo_root, run};
+use crate::{cargo, client_env, patches, repo_root, run};
 
 /// The virtual environment holding the CUDA wheels, in the model cache.
 const CUDA_ENV: &str = "cuda-13.0/venv";
@@ -110,9 +110,13 @@ pub fn build(cache: &ModelCache, args: &[String]) -> Result<()> {
         let packed = out.join(format!("{bin}.xz"));
         let stripped = out.join(bin);
         std::fs::copy(&built, &stripped).with_context(|| format!("copying {}", built.display()))?;
-        run_quiet(Command::new("strip").arg(&stripped))?;
+        let mut strip = Command::new("strip");
+        strip.arg(&stripped);
+        patches::output_of(strip, "strip")?;
         let _ = std::fs::remove_file(&packed);
-        run_quiet(Command::new("xz").args(["-9", "-T2", "-f"]).arg(&stripped))?;
+        let mut xz = Command::new("xz");
+        xz.args(["-9", "-T2", "-f"]).arg(&stripped);
+        patches::output_of(xz, "xz")?;
         let size = std::fs::metadata(&packed)?.len();
         carried += size;
         eprintln!(
@@ -131,7 +135,9 @@ pub fn build(cache: &ModelCache, args: &[String]) -> Result<()> {
         .arg(out.join("tokenizer.gguf"));
     run(tokenizer)?;
     carried += std::fs::metadata(out.join("tokenizer.gguf"))?.len();
-    let commit = git_output(&["rev-parse", "--short", "HEAD"]).unwrap_or_default();
+    let commit = patches::git_run(&repo_root(), &["rev-parse", "--short", "HEAD"])
+        .map(|c| c.trim().to_string())
+        .unwrap_or_default();
     std::fs::write(out.join("COMMIT"), commit)?;
     eprintln!(
         "build: done in {:.1} min; {:.1} MiB to carry in gpu/bin (the device takes 64 MiB in all)",
@@ -201,12 +207,11 @@ fn make_driver_stub(toolkit: &Path) -> Result<()> {
         .collect();
     let c = stubs.join("libcuda-stub.c");
     std::fs::write(&c, source)?;
-    run_quiet(
-        Command::new("cc")
-            .args(["-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o"])
-            .arg(&library)
-            .arg(&c),
-    )?;
+    let mut cc = Command::new("cc");
+    cc.args(["-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o"])
+        .arg(&library)
+        .arg(&c);
+    patches::output_of(cc, "cc (the driver stub)")?;
     eprintln!("build: driver stub with {} functions", symbols.len());
     Ok(())
 }
@@ -242,19 +247,6 @@ fn cudarc_driver_bindings() -> Result<Vec<PathBuf>> {
     Ok(found)
 }
 
-/// A git command's output in the repository, if it ran.
-fn git_output(args: &[&str]) -> Option<String> {
-    let output = Command::new("git")
-        .args(args)
-        .current_dir(repo_root())
-        .output()
-        .ok()?;
-    output
-        .status
-        .success()
-        .then(|| String::from_utf8_lossy(&output.stdout).trim().to_string())
-}
-
 fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
@@ -267,19 +259,4 @@ fn prepend_path(dir: &Path, var: &str) -> Result<std::ffi::OsString> {
         paths.extend(std::env::split_paths(&old));
     }
     Ok(std::env::join_paths(paths)?)
-}
-
-fn run_quiet(command: &mut Command) -> Result<()> {
-    let shown = format!("{command:?}");
-    let output = command
-        .output()
-        .with_context(|| format!("starting {shown}"))?;
-    if !output.status.success() {
-        bail!(
-            "{shown} failed ({}): {}",
-            output.status,
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-    Ok(())
 }

@@ -39,7 +39,7 @@ fn git(dir: &Path) -> Command {
 }
 
 /// Runs git in `dir` with `args`; returns its output.
-fn git_run<S: AsRef<std::ffi::OsStr>>(dir: &Path, args: &[S]) -> Result<String> {
+pub(crate) fn git_run<S: AsRef<std::ffi::OsStr>>(dir: &Path, args: &[S]) -> Result<String> {
     let mut command = git(dir);
     command.args(args);
     let what = format!(
@@ -47,10 +47,12 @@ fn git_run<S: AsRef<std::ffi::OsStr>>(dir: &Path, args: &[S]) -> Result<String> 
         args.first()
             .map_or(String::new(), |a| a.as_ref().to_string_lossy().into_owned())
     );
-    run(command, &what)
+    output_of(command, &what)
 }
 
-fn run(mut command: Command, what: &str) -> Result<String> {
+/// Runs `command` (`what`, for errors); returns its standard output, or its standard
+/// error as the error.
+pub(crate) fn output_of(mut command: Command, what: &str) -> Result<String> {
     let output = command
         .output()
         .with_context(|| format!("running {what}"))?;
@@ -122,7 +124,7 @@ fn published_crate(name: &str, version: &str) -> Result<PathBuf> {
         .arg("fetch")
         .arg("--manifest-path")
         .arg(scratch.join("Cargo.toml"));
-    run(fetch, "cargo fetch")?;
+    output_of(fetch, "cargo fetch")?;
     find().with_context(|| {
         format!(
             "cargo fetched {name} {version} but its .crate is not in {}",
@@ -191,7 +193,7 @@ pub fn ensure_patched() -> Result<()> {
         for patch in patch_files(name)? {
             let mut c = git(&dir);
             c.args(["am", "-q", "--keep-cr"]).arg(&patch);
-            run(c, &format!("git am {}", patch.display())).with_context(|| {
+            output_of(c, &format!("git am {}", patch.display())).with_context(|| {
                 format!("{} does not apply to {name} {version}", patch.display())
             })?;
         }
@@ -227,7 +229,7 @@ pub fn save() -> Result<()> {
         ])
         .arg(&out)
         .arg("published..HEAD");
-        run(c, "git format-patch")?;
+        output_of(c, "git format-patch")?;
         let count = patch_files(name)?.len();
         std::fs::write(
             repo_root().join("patched").join(format!("{name}.series")),

@@ -86,13 +86,13 @@ impl PagedKv {
     /// Publishes a sequence's full blocks to the prefix cache once `tokens` are computed
     /// (no further than the blocks it holds: the pool would index past them).
     pub fn publish(&mut self, id: SeqId, tokens: &[u32]) {
-        let held = self.blocks_of(id) * self.block_size;
+        let mut manager = self.manager.blocking_lock();
+        let held = manager.num_blocks_for_request(id) * self.block_size;
         let tokens = &tokens[..tokens.len().min(held)];
         let hashes = self.hashes.entry(id).or_default();
         let new = compute_new_block_hashes(tokens, self.block_size, hashes, &[], &[]);
         hashes.extend(new);
-        let hashes = hashes.clone();
-        self.manager().cache_blocks(id, &hashes, tokens.len());
+        manager.cache_blocks(id, hashes, tokens.len());
     }
 
     /// Lets a sequence's blocks go (preempted, finished or cancelled) after publishing its
