@@ -5,6 +5,8 @@
 #   system.txt   the card, driver and nvcc; the binary's libraries as the loader resolves them
 #   model-*.log  making the random-weight models from the bundled tokenizer (gpu/bin/tokenizer.gguf)
 #   smoke-*.json prompts of different lengths alone and together: the same greedy answers
+#                (mistral.rs's scheduler; make-room's, whole and in chunks)
+#   probe-1b.*   make-room's probe off and on: JSON, its log, the scheduler's trace
 #   summary.txt  one line per step, ok or FAILED
 # Exits non-zero if any step failed.
 set -uo pipefail
@@ -57,5 +59,12 @@ for size in 135m 1b; do
         --kv-pool 65536 --json "$OUT/smoke-$size.json"
 done
 
-echo "make-room's probe on the paged path: not run (the paged adapter is not built yet)" | tee -a "$SUMMARY"
+# make-room's probe on the paged path: the voice turn alone, then beside agents that fill
+# the KV budget or prefill, with make-room's switches off (it schedules as stock: first
+# come, first served) and on. The JSON and the scheduler's trace under $OUT.
+step unpack-probe unpack make_room_probe
+step probe-1b env SUBLET_SCHEDULER_TRACE="$OUT/probe-1b-trace.txt" "$WORK/make_room_probe" \
+    --model "$WORK/random-1b.gguf" --device cuda --kv-pool 65536 --json "$OUT/probe-1b.json"
+xz -9 "$OUT/probe-1b-trace.txt" 2>/dev/null || gzip -9 "$OUT/probe-1b-trace.txt" 2>/dev/null
+grep -A8 "voice turn alone" "$OUT/probe-1b.log" 2>/dev/null
 exit $failed

@@ -73,6 +73,23 @@ pub(crate) struct LoadSettings {
 }
 
 impl Accelerator {
+    /// From a command line's `--device cpu|cuda[:N]` and `--kv-pool` (a GPU's pool;
+    /// default [`KvPool::default`]).
+    pub fn from_args(device: &str, kv_pool: Option<&str>) -> Result<Self, String> {
+        let kv_pool = kv_pool.map(str::parse).transpose()?.unwrap_or_default();
+        match device {
+            "cpu" => Ok(Self::Cpu),
+            "cuda" => Ok(Self::Cuda {
+                ordinal: 0,
+                kv_pool,
+            }),
+            other => match other.strip_prefix("cuda:").map(str::parse) {
+                Some(Ok(ordinal)) => Ok(Self::Cuda { ordinal, kv_pool }),
+                _ => Err(format!("device {other:?}: expected cpu, cuda or cuda:N")),
+            },
+        }
+    }
+
     pub fn is_gpu(&self) -> bool {
         matches!(self, Self::Cuda { .. })
     }
@@ -130,6 +147,27 @@ mod tests {
         assert_eq!("4096MB".parse(), Ok(KvPool::Megabytes(4096)));
         assert!("0".parse::<KvPool>().is_err());
         assert!("lots".parse::<KvPool>().is_err());
+    }
+
+    #[test]
+    fn devices_parse_from_the_command_line() {
+        assert_eq!(Accelerator::from_args("cpu", None), Ok(Accelerator::Cpu));
+        assert_eq!(
+            Accelerator::from_args("cuda:1", Some("512mb")),
+            Ok(Accelerator::Cuda {
+                ordinal: 1,
+                kv_pool: KvPool::Megabytes(512)
+            })
+        );
+        assert_eq!(
+            Accelerator::from_args("cuda", None),
+            Ok(Accelerator::Cuda {
+                ordinal: 0,
+                kv_pool: KvPool::default()
+            })
+        );
+        assert!(Accelerator::from_args("tpu", None).is_err());
+        assert!(Accelerator::from_args("cuda", Some("0")).is_err());
     }
 
     /// A CPU build asked for a GPU says so, as a load error the caller can show.

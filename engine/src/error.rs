@@ -49,9 +49,6 @@ pub enum LoadError {
         device: String,
         source: Box<dyn std::error::Error + Send + Sync>,
     },
-    /// The configuration asks for what this build cannot do yet.
-    #[error("{0}")]
-    Unsupported(&'static str),
     /// The engine's own runtime could not start.
     #[error("starting the engine's runtime: {0}")]
     Runtime(#[from] std::io::Error),

@@ -452,11 +452,6 @@ async fn build_runner(
     };
     let file = file.to_string_lossy().into_owned();
     let settings = config.accelerator.load_settings()?;
-    if settings.paged.is_some() && config.make_room.is_some() {
-        return Err(LoadError::Unsupported(
-            "make-room on the GPU's paged KV cache is not built yet: run the GPU with mistral.rs's own scheduler (make-room off)",
-        ));
-    }
     let loader = GGUFLoaderBuilder::new(
         None,
         None,
@@ -511,10 +506,15 @@ async fn build_runner(
         max_running: config.max_running.max(1),
         ..policy.clone()
     };
-    let scheduler = scheduler::MakeRoomScheduler::new(policy, make_room)
-        .unequal_decodes_together(decodes_unequal_lengths_together(model));
-    let scheduler: Arc<tokio::sync::Mutex<dyn mistralrs_core::Scheduler>> =
-        Arc::new(tokio::sync::Mutex::new(scheduler));
+    let scheduler: Arc<tokio::sync::Mutex<dyn mistralrs_core::Scheduler>> = match &paged_cache {
+        Some(cache) => Arc::new(tokio::sync::Mutex::new(
+            scheduler::PagedMakeRoomScheduler::new(policy, make_room, cache),
+        )),
+        None => Arc::new(tokio::sync::Mutex::new(
+            scheduler::MakeRoomScheduler::new(policy, make_room)
+                .unequal_decodes_together(decodes_unequal_lengths_together(model)),
+        )),
+    };
     // mistral.rs's own prefix cache stays on, as stock: a request that shares a prefix
     // with a finished one (a call's next turn, an agent's next call) starts from its KV.
     let runner = MistralRsBuilder::new(pipeline, SchedulerConfig::Custom(scheduler), false, None)

@@ -1,7 +1,7 @@
 //! `gpu_check`, the engine's part of `gpu/check.sh`, run here on the CPU: the tokenizer it
 //! carries is small, the random model it makes loads and answers, and the smoke test
-//! passes (the same greedy answers alone and batched under mistral.rs's own scheduler), on
-//! that model and on the bundled one.
+//! passes (the same greedy answers alone, batched under mistral.rs's own scheduler, and
+//! batched and chunked under make-room's), on that model and on the bundled one.
 
 use std::path::Path;
 use std::process::Command;
@@ -76,17 +76,29 @@ fn a_random_model_from_the_carried_tokenizer_answers_the_same_alone_and_batched(
             alone.iter().all(|a| !a.as_str().unwrap().is_empty()),
             "every prompt got an answer: {alone:?}"
         );
-        // On a CPU batching changes no token at all: mistral.rs's scheduler once ran a
-        // sequence that had waited mid-reply as a prompt again, and the answers of
-        // prompts that hit the prefix cache (here: all of them, asked a second time)
-        // went wrong from their second or third token.
-        assert_eq!(
-            report["identical"],
-            alone.len(),
-            "{name}: alone {alone:?}, together {:?}, first differences {:?}",
-            report["together"],
-            report["first_difference"]
+        // On a CPU batching and chunking change no token at all: mistral.rs's scheduler
+        // once ran a sequence that had waited mid-reply as a prompt again, and the
+        // answers of prompts that hit the prefix cache (here: all of them, asked a second
+        // time) went wrong from their second or third token.
+        let runs = report["together"].as_array().unwrap();
+        let names: Vec<&str> = runs.iter().map(|r| r["name"].as_str().unwrap()).collect();
+        assert_eq!(names, ["stock", "make_room_chunked", "make_room"]);
+        // Every prompt ran in several chunks (on an engine whose prefix cache was empty).
+        let chunks = runs[1]["prefill_chunks"].as_u64().unwrap();
+        assert!(
+            chunks > 2 * alone.len() as u64,
+            "{name}: {chunks} prompt chunks"
         );
+        for run in runs {
+            assert_eq!(
+                run["identical"],
+                alone.len(),
+                "{name}, {}: alone {alone:?}, together {:?}, first differences {:?}",
+                run["name"],
+                run["answers"],
+                run["first_difference"]
+            );
+        }
     }
 
     // A GPU asked of a CPU build fails with a clear error, not a crash.

@@ -41,6 +41,32 @@ pub struct Admitted {
 }
 
 impl Scheduler {
+    /// An engine whose readmissions reload from a cache that can lose blocks (the GPU's
+    /// prefix cache: preemption there is recompute) found only `tokens` of what the plan
+    /// counted on for request `id`, just admitted. It holds that much KV now; the plan's
+    /// work for it is the engine's to drop (it would start past what it holds), and the
+    /// next plan gives it the rest.
+    pub fn reloaded(&mut self, id: u64, tokens: usize) {
+        if let Some(r) = self.requests.get_mut(&id).filter(|r| r.running) {
+            r.computed = r.computed.min(tokens);
+        }
+    }
+
+    /// A waiting request's prefix, as the engine's cache holds it now: `tokens` its
+    /// admission would reload (exactly: a retained turn of its call is among them).
+    pub fn set_cached(&mut self, id: u64, tokens: usize) {
+        if let Some(r) = self.requests.get_mut(&id).filter(|r| !r.running) {
+            r.cached = tokens;
+            r.cached_exact = true;
+        }
+    }
+
+    /// The finished call turns whose KV is kept for their call's next turn: (call,
+    /// request).
+    pub fn retained_turns(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.retained.iter().map(|k| (k.call, k.request))
+    }
+
     /// Takes a request arriving at `now_ms`, or refuses one the engine can never serve (a
     /// refused request changes nothing: no hold, no hint withdrawn).
     pub fn add(&mut self, request: Request, now_ms: u64) -> Result<Admitted, Refused> {
@@ -92,7 +118,7 @@ impl Scheduler {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{PolicyConfig, Switches};
+    use crate::{Plan, PolicyConfig, Switches};
 
     fn scheduler(switches: Switches) -> Scheduler {
         Scheduler::new(PolicyConfig {
@@ -163,6 +189,44 @@ mod tests {
             .add(Request::new(2, 0, Some(7), 50, 48), 0)
             .unwrap();
         assert!(turn.withdrawn_hints.is_empty() && scheduler.request(1).is_some());
+    }
+
+    #[test]
+    fn a_short_reload_lowers_what_the_request_holds_and_the_next_plan_gives_the_rest() {
+        let mut scheduler = scheduler(Switches::all());
+        let mut turn = Request::new(1, 0, Some(7), 100, 8);
+        turn.cached = 96;
+        scheduler.add(turn, 0).unwrap();
+        let plan = scheduler.schedule(0);
+        assert_eq!(plan.admitted, vec![1]);
+        assert_eq!(scheduler.request(1).unwrap().computed, 96);
+        scheduler.reloaded(1, 64);
+        scheduler.reloaded(1, 80);
+        assert_eq!(scheduler.request(1).unwrap().computed, 64, "never raised");
+        // The step ran nothing for it; the next one computes the other 36 tokens.
+        scheduler.finish_step(&Plan::default(), 1, &[]);
+        let plan = scheduler.schedule(1);
+        assert_eq!(plan.prefill, vec![(1, 36)]);
+    }
+
+    #[test]
+    fn a_finished_call_turn_is_retained_for_its_call() {
+        let mut scheduler = scheduler(Switches::all());
+        scheduler
+            .add(Request::new(1, 0, Some(7), 40, 1), 0)
+            .unwrap();
+        let plan = scheduler.schedule(0);
+        assert_eq!(scheduler.finish_step(&plan, 1, &[]), vec![1]);
+        assert_eq!(scheduler.retained_turns().collect::<Vec<_>>(), vec![(7, 1)]);
+        scheduler
+            .add(Request::new(2, 0, Some(7), 60, 8), 1)
+            .unwrap();
+        let _ = scheduler.schedule(1);
+        assert_eq!(
+            scheduler.retained_turns().count(),
+            0,
+            "its next turn took it over"
+        );
     }
 
     #[test]

@@ -12,8 +12,10 @@ struct Hint {
 }
 
 #[derive(Debug, Clone)]
-struct Retained {
-    call: u64,
+pub(crate) struct Retained {
+    pub(crate) call: u64,
+    /// The finished request whose KV it is.
+    pub(crate) request: u64,
     tokens: usize,
     until_ms: u64,
 }
@@ -25,7 +27,7 @@ pub struct Scheduler {
     pub(crate) requests: BTreeMap<u64, Request>,
     next_admission: u64,
     hints: Vec<Hint>,
-    retained: Vec<Retained>,
+    pub(crate) retained: Vec<Retained>,
     /// The most urgent priority the last plan computes for (see [`crate::Admitted`]).
     pub(crate) planned_priority: Option<i32>,
     pub counters: Counters,
@@ -470,6 +472,7 @@ impl Scheduler {
                     self.retained.retain(|k| k.call != call);
                     self.retained.push(Retained {
                         call,
+                        request: r.id,
                         tokens: r.computed,
                         until_ms: now_ms + self.config.retain_ms,
                     });

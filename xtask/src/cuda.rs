@@ -37,7 +37,7 @@ const CUDA_PACKAGES: &[&str] = &[
 /// The GPU the binaries are built for when no GPU is present: an H200 (Hopper, sm_90).
 const DEFAULT_COMPUTE_CAP: &str = "90";
 /// The binaries built, in the engine crate.
-const BINARIES: &[&str] = &["gpu_check"];
+const BINARIES: &[&str] = &["gpu_check", "make_room_probe"];
 /// The shared libraries cudarc links by their unversioned names.
 const LINK_NAMES: &[&str] = &["cudart", "cublas", "cublasLt", "curand", "nvrtc"];
 

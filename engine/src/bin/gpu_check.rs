@@ -7,17 +7,21 @@
 //! ```
 //!
 //! `smoke` asks prompts of different lengths one at a time, then all at once, greedily,
-//! and fails unless each answer's first tokens are the same both ways: batching on the
-//! device must not change a sequence's tokens. It reports where each pair first differs.
+//! under mistral.rs's own scheduler and under make-room's (whole prompts and decodes of
+//! every length in one pass; then prompts in chunks), and fails unless each answer's
+//! first tokens are the same every way: batching and chunking on the device must not
+//! change a sequence's tokens. It reports where each answer first differs.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
+use sublet_engine::make_room::PolicyConfig;
 use sublet_engine::random_model::{self, ModelShape};
 use sublet_engine::{
-    Accelerator, ChatRequest, Engine, EngineConfig, KvPool, Message, Role, StreamEvent,
+    Accelerator, ChatRequest, Engine, EngineConfig, Message, Role, StreamEvent, AGENT_PRIORITY,
+    VOICE_PRIORITY,
 };
 
 const USAGE: &str = "usage:
@@ -33,6 +37,8 @@ const PROMPTS: &[&str] = &[
     "List three colours, three animals, three cities and three numbers, each with a short reason why you chose it, in one paragraph.",
 ];
 const REPLY_TOKENS: usize = 24;
+/// make-room's prompt chunks in the smoke test: small, so every prompt is split.
+const SMOKE_CHUNK_TOKENS: usize = 8;
 /// The tokens of each answer that must be the same alone and together. A batching or
 /// scheduling fault (a wrong KV block, a position off, a sequence run twice) changes an
 /// answer within its first tokens; later, reduced precision on a GPU (BF16) can flip a
@@ -124,92 +130,165 @@ fn pieces(mut stream: sublet_engine::ReplyStream) -> Result<Vec<String>> {
     bail!("the reply ended without a result")
 }
 
-fn smoke(args: &Args) -> Result<()> {
-    let accelerator = match args.get("device").unwrap_or("cpu") {
-        "cpu" => Accelerator::Cpu,
-        "cuda" => Accelerator::Cuda {
-            ordinal: 0,
-            kv_pool: match args.get("kv-pool") {
-                Some(pool) => pool.parse().map_err(anyhow::Error::msg)?,
-                None => KvPool::default(),
-            },
-        },
-        other => bail!("--device {other:?}: cpu or cuda"),
-    };
-    let started = Instant::now();
-    let engine = Engine::load(&EngineConfig {
-        model: args.path("model")?,
-        weights: Default::default(),
-        max_running: PROMPTS.len(),
-        accelerator,
-        make_room: None,
-    })?;
-    eprintln!(
-        "gpu_check: {} loaded on {accelerator} in {:.1} s",
-        engine.model_name(),
-        started.elapsed().as_secs_f64()
-    );
-    let request =
-        |prompt: &str| ChatRequest::new(vec![Message::new(Role::User, prompt)], REPLY_TOKENS);
+/// The same prompts run together, and how their answers compare with each alone.
+#[derive(serde::Serialize)]
+struct Together {
+    name: &'static str,
+    /// What it exercises.
+    what: &'static str,
+    seconds: f64,
+    answers: Vec<String>,
+    /// Where each answer first differs from the same prompt's alone (`None`: nowhere).
+    first_difference: Vec<Option<usize>>,
+    identical: usize,
+    /// Prompt chunks make-room's scheduler ran meanwhile (0 under mistral.rs's own).
+    prefill_chunks: u64,
+}
 
-    let started = Instant::now();
-    let mut alone = Vec::new();
-    for prompt in PROMPTS {
-        alone.push(pieces(engine.chat(request(prompt))?)?);
-    }
-    let alone_s = started.elapsed().as_secs_f64();
-
+fn together(
+    engine: &Engine,
+    name: &'static str,
+    what: &'static str,
+    priority: i32,
+    alone: &[Vec<String>],
+) -> Result<Together> {
+    let chunks_before = engine.scheduler_state().counters.prefill_chunks;
     let started = Instant::now();
     let streams: Vec<_> = PROMPTS
         .iter()
-        .map(|prompt| engine.chat(request(prompt)))
+        .map(|prompt| engine.chat(request(prompt, priority)))
         .collect::<Result<_, _>>()?;
-    let together: Vec<Vec<String>> = streams.into_iter().map(pieces).collect::<Result<_>>()?;
-    let together_s = started.elapsed().as_secs_f64();
-
-    // Where each pair first differs (`None`: not at all).
+    let answers: Vec<Vec<String>> = streams.into_iter().map(pieces).collect::<Result<_>>()?;
+    let seconds = started.elapsed().as_secs_f64();
     let first_difference: Vec<Option<usize>> = alone
         .iter()
-        .zip(&together)
+        .zip(&answers)
         .map(|(a, t)| (0..a.len().max(t.len())).find(|&i| a.get(i) != t.get(i)))
         .collect();
-    let identical = first_difference.iter().filter(|d| d.is_none()).count();
-    let early: Vec<usize> = first_difference
-        .iter()
-        .flatten()
-        .copied()
-        .filter(|&i| i < HELD_TOKENS)
-        .collect();
+    Ok(Together {
+        name,
+        what,
+        seconds,
+        identical: first_difference.iter().filter(|d| d.is_none()).count(),
+        prefill_chunks: engine.scheduler_state().counters.prefill_chunks - chunks_before,
+        answers: answers.iter().map(|p| p.concat()).collect(),
+        first_difference,
+    })
+}
+
+fn request(prompt: &str, priority: i32) -> ChatRequest {
+    ChatRequest {
+        priority,
+        ..ChatRequest::new(vec![Message::new(Role::User, prompt)], REPLY_TOKENS)
+    }
+}
+
+fn smoke(args: &Args) -> Result<()> {
+    let accelerator =
+        Accelerator::from_args(args.get("device").unwrap_or("cpu"), args.get("kv-pool"))
+            .map_err(anyhow::Error::msg)?;
+    let model = args.path("model")?;
+    let load = |make_room: Option<PolicyConfig>| -> Result<Engine> {
+        let started = Instant::now();
+        let engine = Engine::load(&EngineConfig {
+            model: model.clone(),
+            weights: Default::default(),
+            max_running: PROMPTS.len(),
+            accelerator,
+            make_room,
+        })?;
+        eprintln!(
+            "gpu_check: {} loaded on {accelerator} in {:.1} s",
+            engine.model_name(),
+            started.elapsed().as_secs_f64()
+        );
+        Ok(engine)
+    };
+
+    // mistral.rs's own scheduler: each prompt alone (the reference), then all together.
+    let engine = load(None)?;
+    let model_name = engine.model_name().to_string();
+    let started = Instant::now();
+    let mut alone = Vec::new();
+    for prompt in PROMPTS {
+        alone.push(pieces(engine.chat(request(prompt, AGENT_PRIORITY))?)?);
+    }
+    let alone_s = started.elapsed().as_secs_f64();
+    let mut runs = vec![together(
+        &engine,
+        "stock",
+        "mistral.rs's own scheduler",
+        AGENT_PRIORITY,
+        &alone,
+    )?];
+    drop(engine);
+
+    // make-room's, on an engine of its own whose prefix cache is empty: agents' prompts
+    // in chunks first (so every prompt is computed chunk by chunk), then voice turns'
+    // prompts whole, with every decode of a step in one pass (four lengths together).
+    let engine = load(Some(PolicyConfig {
+        chunk_tokens: Some(SMOKE_CHUNK_TOKENS),
+        whole_prompt_priority: Some(VOICE_PRIORITY),
+        max_running: PROMPTS.len(),
+        ..PolicyConfig::default()
+    }))?;
+    runs.push(together(
+        &engine,
+        "make_room_chunked",
+        "make-room: prompts in chunks of 8 tokens beside the others' decodes",
+        AGENT_PRIORITY,
+        &alone,
+    )?);
+    runs.push(together(
+        &engine,
+        "make_room",
+        "make-room: whole prompts, decodes of different lengths in one pass",
+        VOICE_PRIORITY,
+        &alone,
+    )?);
+
     let report = serde_json::json!({
         "device": accelerator.to_string(),
-        "model": engine.model_name(),
+        "model": model_name,
         "prompts": PROMPTS.len(),
         "reply_tokens": REPLY_TOKENS,
         "held_tokens": HELD_TOKENS,
         "alone_s": alone_s,
-        "together_s": together_s,
-        "identical": identical,
-        "first_difference": first_difference,
         "alone": alone.iter().map(|p| p.concat()).collect::<Vec<_>>(),
-        "together": together.iter().map(|p| p.concat()).collect::<Vec<_>>(),
+        "together": runs,
     });
     println!("{}", serde_json::to_string_pretty(&report)?);
     if let Some(path) = args.get("json") {
         std::fs::write(path, serde_json::to_string_pretty(&report)?)?;
     }
+    let mut early = Vec::new();
+    for run in &runs {
+        let changed: Vec<usize> = run
+            .first_difference
+            .iter()
+            .flatten()
+            .copied()
+            .filter(|&i| i < HELD_TOKENS)
+            .collect();
+        match (changed.is_empty(), run.first_difference.iter().flatten().min()) {
+            (false, _) => early.push(format!("{} (at tokens {changed:?})", run.name)),
+            (true, None) => eprintln!(
+                "gpu_check: {}: all {} answers identical alone and together ({alone_s:.2} s one by one, {:.2} s together)",
+                run.name, run.identical, run.seconds
+            ),
+            (true, Some(first)) => eprintln!(
+                "gpu_check: {}: {} of {} answers identical alone and together, the others from token {first} on",
+                run.name,
+                run.identical,
+                PROMPTS.len()
+            ),
+        }
+    }
     if !early.is_empty() {
         bail!(
-            "answers changed within their first {HELD_TOKENS} tokens when the prompts ran together (at tokens {early:?})"
+            "answers changed within their first {HELD_TOKENS} tokens when the prompts ran together: {}",
+            early.join(", ")
         );
-    }
-    match first_difference.iter().flatten().min() {
-        None => eprintln!(
-            "gpu_check: smoke ok: all {identical} answers identical alone and together ({alone_s:.2} s one by one, {together_s:.2} s together)"
-        ),
-        Some(first) => eprintln!(
-            "gpu_check: smoke ok: {identical} of {} answers identical alone and together, the others from token {first} on ({alone_s:.2} s one by one, {together_s:.2} s together)",
-            PROMPTS.len()
-        ),
     }
     Ok(())
 }

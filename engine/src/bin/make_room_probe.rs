@@ -2,20 +2,27 @@
 //!
 //! ```text
 //! make_room_probe [--json PATH] [--kv-budget TOKENS] [--chunk TOKENS]
+//!                 [--model MODEL.gguf] [--device cpu|cuda[:N]] [--kv-pool TOKENS|MBmb]
 //! ```
+//!
+//! By default on the bundled model and the CPU; `gpu/check.sh` runs it on a GPU with a
+//! model made there, where make-room's scheduler is the paged adapter.
 
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use sublet_engine::probe::{self, CaseReport, ProbeOptions};
-use sublet_engine::EngineConfig;
+use sublet_engine::{Accelerator, EngineConfig};
 use sublet_models::ModelCache;
 
-const USAGE: &str = "usage: make_room_probe [--json PATH] [--kv-budget TOKENS] [--chunk TOKENS]";
+const USAGE: &str = "usage: make_room_probe [--json PATH] [--kv-budget TOKENS] [--chunk TOKENS]
+                       [--model MODEL.gguf] [--device cpu|cuda[:N]] [--kv-pool TOKENS|MBmb]";
 
 fn main() -> Result<()> {
     let mut options = ProbeOptions::default();
     let mut json: Option<PathBuf> = None;
+    let mut model: Option<PathBuf> = None;
+    let (mut device, mut kv_pool) = ("cpu".to_string(), None::<String>);
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let value = args
@@ -25,13 +32,25 @@ fn main() -> Result<()> {
             "--json" => json = Some(value.into()),
             "--kv-budget" => options.kv_budget_tokens = value.parse()?,
             "--chunk" => options.chunk_tokens = value.parse()?,
+            "--model" => model = Some(value.into()),
+            "--device" => device = value,
+            "--kv-pool" => kv_pool = Some(value),
             _ => bail!("{USAGE}"),
         }
     }
-    let cache = ModelCache::from_env();
-    let report = probe::run(&EngineConfig::bundled(&cache)?, &options, |line| {
-        eprintln!("{line}")
-    })?;
+    let mut config = match model {
+        Some(model) => EngineConfig {
+            model,
+            weights: Default::default(),
+            max_running: 16,
+            accelerator: Accelerator::Cpu,
+            make_room: None,
+        },
+        None => EngineConfig::bundled(&ModelCache::from_env())?,
+    };
+    config.accelerator =
+        Accelerator::from_args(&device, kv_pool.as_deref()).map_err(anyhow::Error::msg)?;
+    let report = probe::run(&config, &options, |line| eprintln!("{line}"))?;
 
     println!(
         "\nvoice turn alone: first token {:.0} ms, median inter-token gap {:.1} ms ({} prompt tokens)",

@@ -1,142 +1,424 @@
-//! make-room's KV accounting on the GPU's paged path: the blocks of mistral.rs's pool
-//! (`KVCacheManager`, a port of vLLM v1's) that each sequence holds, admitted, grown,
-//! preempted, retained and freed.
+//! The adapter on mistral.rs's paged path (a GPU's): make-room's plan carried out over the
+//! pool of KV blocks (`blocks.rs`), in the passes mistral.rs's paged step takes (all
+//! prompt chunks or all decodes; decodes of any lengths together).
 //!
-//! There make-room's KV budget is the pool less one block of rounding for each sequence
-//! that may hold blocks ([`budget_for_pool`]): a plan within it always fits. Preemption is
-//! recompute, as the engine's own: the sequence's full blocks are published to the prefix
-//! cache and freed, and when it is readmitted it recomputes only what the cache no longer
-//! holds. A finished call turn is retained by not freeing its blocks: the call's next turn
-//! finds them in the prefix cache (its prompt starts with the last turn's), and only then,
-//! or under pressure, are they let go.
-//!
-//! Invariant (checked by the tests over random sequences of operations): every block a
-//! sequence or a retained turn holds is freed exactly once, so once nothing is held the
-//! pool's free blocks are all of its blocks again.
+//! - **Budget**: at most the pool less one block of rounding for each sequence that may
+//!   hold blocks ([`budget_for_pool`]; retained turns counted as one per running
+//!   sequence), so a plan within it fits. Before each plan every waiting request is priced at what the
+//!   prefix cache holds of it then, a retained turn of its call included.
+//! - **Admission** takes the blocks the prefix cache holds for the sequence's tokens,
+//!   before any block of the step is allocated, so it finds what it was priced at. (One
+//!   that found fewer would tell the policy and sit the step out: a guard, not a path
+//!   the tests reach.)
+//! - **Growth**: before a step's passes run, each planned sequence's blocks grow to hold
+//!   what the step computes (a held sequence grows nothing).
+//! - **Preemption** is recompute, as the engine's own: the full blocks the sequence
+//!   computed are published to the prefix cache and freed. Readmitted, it recomputes what
+//!   the cache lost, up to its last token, and decodes on.
+//! - **Prompt chunks** run as prefix-cache hits of the tokens before them (patch 18); a
+//!   chunk that ends before its prompt samples nothing.
+//! - **Call retention**: a finished turn the policy retains keeps its blocks, published,
+//!   until the policy lets it go (its call's next turn took it over, its time ran out, or
+//!   room was needed).
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
-use mistralrs_core::{compute_block_hashes, compute_new_block_hashes, BlockHash, KVCacheManager};
+use mistralrs_core::{
+    CacheConfig, IntervalLogger, KVCacheManager, PagedAttentionSchedulerOutput, Response,
+    Scheduler, SchedulerOutput, Sequence, SequenceState,
+};
 
-/// A sequence, as mistral.rs numbers it.
-pub(crate) type SeqId = usize;
+use super::blocks::{budget_for_pool, PagedKv, SeqId};
+use super::planner::Planner;
+use super::{lock, request_of, MakeRoomHandle, Pass};
+use crate::make_room::{Plan, PolicyConfig, Refused};
 
-/// The pool's bookkeeping for make-room.
-pub(crate) struct PagedKv {
+/// What the adapter needs of a sequence: the engine's, behind its lock, or a test's.
+pub(crate) trait PagedSeq {
+    fn id(&self) -> SeqId;
+    /// Every token: its prompt and what it generated.
+    fn tokens(&self) -> Vec<u32>;
+    /// Finished on its own (end of sequence, a limit, an error) or its reader is gone.
+    fn stopped(&self) -> bool;
+    /// Waiting for (re)admission, holding no blocks.
+    fn set_waiting(&self);
+    /// The next pass computes prompt tokens `start..end` over the KV of `..start`.
+    fn set_prompt_chunk(&self, start: usize, end: usize);
+    /// The next pass decodes its next token.
+    fn set_decoding(&self);
+}
+
+/// One pass for the engine.
+pub(crate) enum PagedPass<S> {
+    /// Prompt chunks, each over `cached` tokens its blocks already hold.
+    Prompt {
+        seqs: Vec<S>,
+        cached: usize,
+    },
+    Decode(Vec<S>),
+}
+
+/// make-room over the block pool, for any [`PagedSeq`].
+pub(crate) struct PagedSteps<S> {
+    planner: Planner,
+    kv: PagedKv,
+    waiting: Vec<S>,
+    running: Vec<S>,
+    /// Tokens whose KV each running sequence's blocks hold (computed or reloaded).
+    written: HashMap<SeqId, usize>,
+    /// Work dropped because the pool could not hold it (the budget's rounding should
+    /// make this never happen; counted so tests can say so).
+    short_grows: u64,
+}
+
+fn key(id: SeqId) -> u64 {
+    id as u64
+}
+
+impl<S: PagedSeq> PagedSteps<S> {
+    /// make-room over the pool `manager` keeps, with the smaller of the policy's KV budget
+    /// and the pool's.
+    pub fn new(
+        config: PolicyConfig,
+        handle: &MakeRoomHandle,
+        manager: Arc<tokio::sync::Mutex<KVCacheManager>>,
+    ) -> Self {
+        let kv = PagedKv::new(manager);
+        let holders = 2 * config.max_running.max(1);
+        let pool = budget_for_pool(kv.capacity_tokens(), kv.block_size(), holders);
+        let config = PolicyConfig {
+            kv_budget_tokens: config.kv_budget_tokens.min(pool),
+            ..config
+        };
+        let mut planner = Planner::new(config, handle);
+        planner.set_unequal_decodes_together(true);
+        Self {
+            planner,
+            kv,
+            waiting: Vec::new(),
+            running: Vec::new(),
+            written: HashMap::new(),
+            short_grows: 0,
+        }
+    }
+
+    pub fn waiting_len(&self) -> usize {
+        self.waiting.len()
+    }
+
+    pub fn running_len(&self) -> usize {
+        self.running.len()
+    }
+
+    #[cfg(test)]
+    pub fn short_grows(&self) -> u64 {
+        self.short_grows
+    }
+
+    #[cfg(test)]
+    pub fn kv(&self) -> &PagedKv {
+        &self.kv
+    }
+
+    #[cfg(test)]
+    pub fn is_idle(&self) -> bool {
+        self.planner.policy().is_idle()
+    }
+
+    /// Takes an arriving sequence, or refuses one the pool can never hold.
+    pub fn add(
+        &mut self,
+        seq: S,
+        priority: i32,
+        session: Option<u64>,
+        max_new: Option<usize>,
+    ) -> Result<(), Refused> {
+        let tokens = seq.tokens();
+        let mut request = request_of(key(seq.id()), priority, session, tokens.len(), max_new);
+        request.cached = self.kv.cached_tokens(&tokens);
+        request.cached_exact = true;
+        let withdrawn_hints = self.planner.add(request)?;
+        // Dropping a withdrawn hint's sequence ends its stream.
+        self.waiting
+            .retain(|s| !withdrawn_hints.contains(&key(s.id())));
+        seq.set_waiting();
+        self.waiting.push(seq);
+        Ok(())
+    }
+
+    /// The next pass to run, planning a step when the last one's passes have all run.
+    pub fn next_pass(&mut self) -> Option<PagedPass<S>>
+    where
+        S: Clone,
+    {
+        if !self.planner.step_in_flight() {
+            let started = Instant::now();
+            self.finish_step();
+            self.plan_step();
+            self.planner.spent_since(started);
+        }
+        let pass = self.planner.next_pass()?;
+        let mut chosen = Vec::new();
+        match pass {
+            Pass::Decode(ids) => {
+                for seq in self.running.iter().filter(|s| ids.contains(&key(s.id()))) {
+                    // One that ended in an earlier pass of the step runs no more.
+                    if !seq.stopped() {
+                        seq.set_decoding();
+                        // It computes its last token's KV and samples the next.
+                        self.written.insert(seq.id(), seq.tokens().len());
+                        chosen.push(seq.clone());
+                    }
+                }
+                Some(PagedPass::Decode(chosen))
+            }
+            Pass::Prefill { ids, start, len } => {
+                for seq in self.running.iter().filter(|s| ids.contains(&key(s.id()))) {
+                    if !seq.stopped() {
+                        seq.set_prompt_chunk(start, start + len);
+                        self.written.insert(seq.id(), start + len);
+                        chosen.push(seq.clone());
+                    }
+                }
+                Some(PagedPass::Prompt {
+                    seqs: chosen,
+                    cached: start,
+                })
+            }
+        }
+    }
+
+    /// Tells the policy what the step ran and which sequences stopped, and lets go of the
+    /// sequences it is done with: their blocks freed, or kept for their call's next turn.
+    fn finish_step(&mut self) {
+        let stopped: Vec<u64> = self
+            .running
+            .iter()
+            .chain(&self.waiting)
+            .filter(|s| s.stopped())
+            .map(|s| key(s.id()))
+            .collect();
+        self.planner.finish_step(&stopped);
+        let (done, running): (Vec<S>, Vec<S>) = std::mem::take(&mut self.running)
+            .into_iter()
+            .partition(|s| !self.planner.knows(key(s.id())));
+        self.running = running;
+        let retained: Vec<(u64, u64)> = self.planner.policy().retained_turns().collect();
+        for seq in done {
+            let id = seq.id();
+            let written = self.written.remove(&id).unwrap_or(0);
+            let tokens = seq.tokens();
+            let tokens = &tokens[..written.min(tokens.len())];
+            match retained.iter().find(|(_, request)| *request == key(id)) {
+                Some((call, _)) => self.kv.retain(*call, id, tokens),
+                None => self.kv.release(id, tokens),
+            }
+        }
+        // A waiting sequence holds no blocks.
+        let planner = &self.planner;
+        self.waiting.retain(|s| planner.knows(key(s.id())));
+        self.let_go_of_retained();
+    }
+
+    /// Frees the retained turns the policy no longer keeps.
+    fn let_go_of_retained(&mut self) {
+        let kept: Vec<(u64, u64)> = self.planner.policy().retained_turns().collect();
+        let gone: Vec<u64> = self
+            .kv
+            .retained()
+            .filter(|(call, id)| !kept.contains(&(*call, key(*id))))
+            .map(|(call, _)| call)
+            .collect();
+        for call in gone {
+            self.kv.drop_retained(call);
+        }
+    }
+
+    /// Plans the next step: preempts, admits and grows blocks as it says, drops the work
+    /// the pool cannot do, and queues the rest's passes.
+    fn plan_step(&mut self) {
+        for seq in &self.waiting {
+            let cached = self.kv.cached_tokens(&seq.tokens());
+            self.planner.set_cached(key(seq.id()), cached);
+        }
+        let mut plan = self.planner.plan();
+        for id in &plan.preempted {
+            let Some(i) = self.running.iter().position(|s| key(s.id()) == *id) else {
+                continue;
+            };
+            let seq = self.running.swap_remove(i);
+            let written = self.written.remove(&seq.id()).unwrap_or(0);
+            let tokens = seq.tokens();
+            self.kv
+                .release(seq.id(), &tokens[..written.min(tokens.len())]);
+            seq.set_waiting();
+            self.waiting.push(seq);
+        }
+        let mut sitting_out = Vec::new();
+        for id in &plan.admitted {
+            let Some(i) = self.waiting.iter().position(|s| key(s.id()) == *id) else {
+                continue;
+            };
+            let seq = self.waiting.swap_remove(i);
+            let reloaded = self.kv.admit(seq.id(), &seq.tokens()).unwrap_or(0);
+            let planned = self.planner.policy().request(*id).map_or(0, |r| r.computed);
+            if reloaded < planned {
+                self.planner.reloaded(*id, reloaded);
+                sitting_out.push(*id);
+            }
+            self.written.insert(seq.id(), reloaded);
+            self.running.push(seq);
+        }
+        // Turns the plan evicted or its admissions took over.
+        self.let_go_of_retained();
+        drop_work(&mut plan, &sitting_out);
+        let mut short = Vec::new();
+        let policy = self.planner.policy();
+        let grows = plan
+            .decode
+            .iter()
+            .map(|id| (*id, 1))
+            .chain(plan.prefill.iter().copied());
+        for (id, n) in grows {
+            let target = policy.request(id).map_or(0, |r| r.computed) + n;
+            if !self.kv.grow(id as SeqId, target) {
+                tracing::warn!(
+                    "make-room: no KV blocks for request {id} to hold {target} tokens ({} free)",
+                    self.kv.free_blocks()
+                );
+                short.push(id);
+            }
+        }
+        self.short_grows += short.len() as u64;
+        drop_work(&mut plan, &short);
+        self.planner.queue(plan);
+    }
+}
+
+/// Takes `ids` out of the step's work (they stay admitted and running).
+fn drop_work(plan: &mut Plan, ids: &[u64]) {
+    plan.prefill.retain(|(id, _)| !ids.contains(id));
+    plan.decode.retain(|id| !ids.contains(id));
+}
+
+/// An engine sequence, shared with the engine's paged step.
+#[derive(Clone)]
+struct EngineSeq(Arc<Mutex<Sequence>>);
+
+impl PagedSeq for EngineSeq {
+    fn id(&self) -> SeqId {
+        *lock(&self.0).id()
+    }
+
+    fn tokens(&self) -> Vec<u32> {
+        lock(&self.0).get_toks().to_vec()
+    }
+
+    fn stopped(&self) -> bool {
+        let seq = lock(&self.0);
+        seq.is_finished_paged_attn() || seq.responder().is_closed()
+    }
+
+    fn set_waiting(&self) {
+        let mut seq = lock(&self.0);
+        seq.set_state(SequenceState::Waiting);
+        seq.set_prefix_cache_len(0);
+    }
+
+    fn set_prompt_chunk(&self, start: usize, end: usize) {
+        let mut seq = lock(&self.0);
+        seq.set_paged_prompt_chunk(start, end);
+        seq.set_state(SequenceState::RunningPrompt);
+    }
+
+    fn set_decoding(&self) {
+        lock(&self.0).set_state(SequenceState::RunningCompletion);
+    }
+}
+
+/// make-room as mistral.rs's scheduler on the paged path.
+pub struct PagedMakeRoomScheduler {
+    steps: PagedSteps<EngineSeq>,
     manager: Arc<tokio::sync::Mutex<KVCacheManager>>,
     block_size: usize,
-    /// The hashes of each live sequence's full blocks, extended as it grows.
-    hashes: HashMap<SeqId, Vec<BlockHash>>,
-    /// Finished turns whose blocks are still held, by call: the sequence that held them.
-    retained: HashMap<u64, SeqId>,
 }
 
-impl PagedKv {
-    pub fn new(manager: Arc<tokio::sync::Mutex<KVCacheManager>>) -> Self {
-        let block_size = manager.blocking_lock().block_size();
+impl PagedMakeRoomScheduler {
+    /// make-room over a block pool of the pipeline's `cache` (its blocks and their size);
+    /// the policy's KV budget is at most the pool's.
+    pub fn new(config: PolicyConfig, handle: &MakeRoomHandle, cache: &CacheConfig) -> Self {
+        let manager = Arc::new(tokio::sync::Mutex::new(KVCacheManager::new(
+            cache.num_gpu_blocks,
+            cache.block_size,
+            true,
+            vec![0],
+        )));
         Self {
+            steps: PagedSteps::new(config, handle, manager.clone()),
             manager,
-            block_size,
-            hashes: HashMap::new(),
-            retained: HashMap::new(),
+            block_size: cache.block_size,
         }
-    }
-
-    fn manager(&self) -> tokio::sync::MutexGuard<'_, KVCacheManager> {
-        // The engine thread is not async: it never holds this lock across an await.
-        self.manager.blocking_lock()
-    }
-
-    pub fn block_size(&self) -> usize {
-        self.block_size
-    }
-
-    /// The pool's room in tokens (its null block aside).
-    pub fn capacity_tokens(&self) -> usize {
-        (self.manager().block_pool().num_gpu_blocks() - 1) * self.block_size
-    }
-
-    /// Blocks free or evictable (cached, held by no one).
-    pub fn free_blocks(&self) -> usize {
-        self.manager().num_free_blocks()
-    }
-
-    /// Looks a sequence's prompt up in the prefix cache and takes the blocks found there:
-    /// the tokens already computed (whole blocks), or `None` (nothing taken) if the pool
-    /// cannot hold them. The blocks for what it computes next come with [`Self::grow`],
-    /// chunk by chunk, as make-room's plan gives it tokens.
-    pub fn admit(&mut self, id: SeqId, tokens: &[u32]) -> Option<usize> {
-        let hashes = compute_block_hashes(tokens, self.block_size, &[], &[]);
-        let mut manager = self.manager.blocking_lock();
-        // Empty when prefix caching is off.
-        let computed = manager.get_computed_blocks(&hashes, tokens.len());
-        manager.allocate_slots(id, computed.num_computed_tokens, &computed.block_ids)?;
-        drop(manager);
-        self.hashes.insert(id, hashes);
-        Some(computed.num_computed_tokens)
-    }
-
-    /// Room for a running sequence to hold `len` tokens (its next decoded token, or the
-    /// next prompt chunk): false, with nothing taken, if the pool has none.
-    pub fn grow(&mut self, id: SeqId, len: usize) -> bool {
-        self.manager().allocate_slots(id, len, &[]).is_some()
-    }
-
-    /// Publishes a sequence's full blocks to the prefix cache once `tokens` are computed
-    /// (no further than the blocks it holds: the pool would index past them).
-    pub fn publish(&mut self, id: SeqId, tokens: &[u32]) {
-        let mut manager = self.manager.blocking_lock();
-        let held = manager.num_blocks_for_request(id) * self.block_size;
-        let tokens = &tokens[..tokens.len().min(held)];
-        let hashes = self.hashes.entry(id).or_default();
-        let new = compute_new_block_hashes(tokens, self.block_size, hashes, &[], &[]);
-        hashes.extend(new);
-        manager.cache_blocks(id, hashes, tokens.len());
-    }
-
-    /// Lets a sequence's blocks go (preempted, finished or cancelled) after publishing its
-    /// computed full blocks, so a readmission or a later request can find them.
-    pub fn release(&mut self, id: SeqId, computed: &[u32]) {
-        self.publish(id, computed);
-        self.hashes.remove(&id);
-        self.manager().free(id);
-    }
-
-    /// Keeps a finished turn's blocks for its call's next turn (published, not freed). A
-    /// turn already retained for the call is let go.
-    pub fn retain(&mut self, call: u64, id: SeqId, computed: &[u32]) {
-        self.publish(id, computed);
-        self.hashes.remove(&id);
-        if let Some(previous) = self.retained.insert(call, id) {
-            self.manager().free(previous);
-        }
-    }
-
-    /// Lets a retained turn's blocks go (its next turn arrived, its time ran out, or the
-    /// pool needs them). False if the call had none.
-    pub fn drop_retained(&mut self, call: u64) -> bool {
-        match self.retained.remove(&call) {
-            Some(id) => {
-                self.manager().free(id);
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// Blocks a sequence (or a retained turn) holds.
-    pub fn blocks_of(&self, id: SeqId) -> usize {
-        self.manager().num_blocks_for_request(id)
     }
 }
 
-/// make-room's KV budget over a pool of `pool_tokens` in blocks of `block_size`: the pool
-/// less one block of rounding for each sequence that may hold blocks (`holders`: the most
-/// running at once, and retained turns). A plan within this budget always fits the pool:
-/// a sequence of `t` tokens holds at most `t + block_size - 1` tokens' worth of blocks.
-pub(crate) fn budget_for_pool(pool_tokens: usize, block_size: usize, holders: usize) -> usize {
-    pool_tokens.saturating_sub(holders * (block_size - 1))
+impl Scheduler for PagedMakeRoomScheduler {
+    fn schedule(&mut self, logger: &IntervalLogger) -> SchedulerOutput<'_> {
+        let pass = self.steps.next_pass();
+        logger.set_num_running(self.steps.running_len());
+        logger.set_num_waiting(self.steps.waiting_len());
+        let (scheduled, num_cached_tokens) = match pass {
+            Some(PagedPass::Prompt { seqs, cached }) => {
+                let cached = vec![cached; seqs.len()];
+                (seqs, cached)
+            }
+            Some(PagedPass::Decode(seqs)) => (seqs, Vec::new()),
+            None => (Vec::new(), Vec::new()),
+        };
+        SchedulerOutput::PagedAttention {
+            output: PagedAttentionSchedulerOutput {
+                scheduled: scheduled.into_iter().map(|s| s.0).collect(),
+                num_cached_tokens,
+            },
+        }
+    }
+
+    fn waiting_len(&self) -> usize {
+        self.steps.waiting_len()
+    }
+
+    fn running_len(&self) -> usize {
+        self.steps.running_len()
+    }
+
+    fn add_seq(&mut self, seq: Sequence) {
+        let (priority, session, max_new) = (seq.priority(), seq.session(), seq.max_new_tokens());
+        let responder = seq.responder();
+        let seq = EngineSeq(Arc::new(Mutex::new(seq)));
+        if let Err(refused) = self.steps.add(seq, priority, session, max_new) {
+            let _ = responder.try_send(Response::ValidationError(refused.to_string().into()));
+        }
+    }
+
+    fn free_finished_sequence_groups(&mut self) {
+        // Finished sequences leave when their step ends and the policy hears of them.
+    }
+
+    fn get_finished_recurrent_indices(&self) -> Vec<usize> {
+        Vec::new()
+    }
+
+    fn block_size(&self) -> Option<usize> {
+        Some(self.block_size)
+    }
+
+    fn kv_cache_manager(&self) -> Option<Arc<tokio::sync::Mutex<KVCacheManager>>> {
+        Some(self.manager.clone())
+    }
+
+    /// The prefix cache stays on: preemption and call retention rely on it.
+    fn set_prefix_caching_enabled(&mut self, _enabled: bool) {}
 }
 
 #[cfg(test)]

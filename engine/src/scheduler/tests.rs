@@ -1,7 +1,7 @@
 //! The adapter's pass building, without the engine.
 
 use super::*;
-use crate::make_room::Switches;
+use crate::make_room::{PolicyConfig, Switches};
 
 fn policy_with(requests: &[(u64, i32, usize)]) -> make_room::Scheduler {
     let mut policy = make_room::Scheduler::new(PolicyConfig {
@@ -101,4 +101,36 @@ fn unequal_decodes_join_the_most_urgent_decode_ahead_of_prompts() {
     );
     // Without it, each KV length is a pass of its own.
     assert_eq!(passes(&policy, &plan, false).len(), 4);
+}
+
+#[test]
+fn a_chunk_that_ends_its_prompt_never_shares_a_pass_with_one_that_does_not() {
+    // Prompts of 40 and 50 tokens, 40 each this step: the first ends its prompt and
+    // samples, the second must not, and the engine decides that per pass.
+    let mut policy = make_room::Scheduler::new(PolicyConfig {
+        chunk_tokens: Some(80),
+        ..PolicyConfig::default()
+    });
+    for (id, prompt) in [(1, 40), (2, 50), (3, 60)] {
+        policy
+            .add(Request::new(id, 1, None, prompt, 64), 0)
+            .unwrap();
+    }
+    let plan = policy.schedule(0);
+    assert_eq!(plan.prefill, vec![(1, 40), (2, 40)]);
+    assert_eq!(
+        passes(&policy, &plan, false),
+        vec![
+            Pass::Prefill {
+                ids: vec![1],
+                start: 0,
+                len: 40
+            },
+            Pass::Prefill {
+                ids: vec![2],
+                start: 0,
+                len: 40
+            },
+        ]
+    );
 }

@@ -1,0 +1,182 @@
+//! The adapter on mistral.rs's non-paged path (the CPU's): every sequence holds a KV copy
+//! of its own.
+//!
+//! A preempted sequence keeps that copy (the CPU tier), so when it is readmitted it
+//! continues where it stopped and recomputes nothing; the budget counts only the KV of
+//! running sequences, and of retained call turns. A finished call turn's KV lives on in
+//! mistral.rs's prefix cache; call retention keeps budget room for it until the call's
+//! next turn (which finds it there) takes it over, or until it gives way to pressure or
+//! its time runs out.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use mistralrs_core::{
+    DefaultSchedulerOutput, IntervalLogger, KVCacheManager, Response, Scheduler, SchedulerOutput,
+    Sequence, SequenceState,
+};
+
+use super::planner::Planner;
+use super::{request_of, MakeRoomHandle, Pass};
+use crate::make_room::PolicyConfig;
+
+pub struct MakeRoomScheduler {
+    planner: Planner,
+    waiting: Vec<Sequence>,
+    running: Vec<Sequence>,
+}
+
+impl MakeRoomScheduler {
+    /// A scheduler with the given policy, showing itself through `handle`.
+    pub fn new(config: PolicyConfig, handle: &MakeRoomHandle) -> Self {
+        Self {
+            planner: Planner::new(config, handle),
+            waiting: Vec::new(),
+            running: Vec::new(),
+        }
+    }
+
+    /// Whether the model decodes sequences of different KV lengths in one forward pass
+    /// (default: no, as stock on CPU, where each length is a pass of its own). With it,
+    /// every step's decodes are one pass.
+    pub fn unequal_decodes_together(mut self, together: bool) -> Self {
+        self.planner.set_unequal_decodes_together(together);
+        self
+    }
+
+    /// Tells the policy what the finished step did and which sequences stopped on their
+    /// own (end of sequence, cancel, or a reader gone: a waiting request whose client left
+    /// is never admitted), and lets go of every sequence the policy is done with: dropping
+    /// a sequence closes its reply channel.
+    fn finish_step(&mut self) {
+        let stopped: Vec<u64> = self
+            .running
+            .iter()
+            .chain(&self.waiting)
+            .filter(|seq| seq.is_finished_paged_attn() || seq.responder().is_closed())
+            .map(key)
+            .collect();
+        self.planner.finish_step(&stopped);
+        let planner = &self.planner;
+        self.running.retain(|seq| planner.knows(key(seq)));
+        self.waiting.retain(|seq| planner.knows(key(seq)));
+    }
+
+    /// Plans the next step and queues its passes.
+    fn plan_step(&mut self) {
+        let plan = self.planner.plan();
+        for id in &plan.preempted {
+            if let Some(i) = self.running.iter().position(|s| key(s) == *id) {
+                let seq = self.running.swap_remove(i);
+                seq.set_state(SequenceState::Waiting);
+                self.waiting.push(seq);
+            }
+        }
+        for id in &plan.admitted {
+            if let Some(i) = self.waiting.iter().position(|s| key(s) == *id) {
+                let seq = self.waiting.swap_remove(i);
+                seq.set_state(SequenceState::RunningPrompt);
+                self.running.push(seq);
+            }
+        }
+        self.planner.queue(plan);
+    }
+}
+
+fn key(seq: &Sequence) -> u64 {
+    *seq.id() as u64
+}
+
+impl Scheduler for MakeRoomScheduler {
+    fn schedule(&mut self, logger: &IntervalLogger) -> SchedulerOutput<'_> {
+        if !self.planner.step_in_flight() {
+            let started = Instant::now();
+            self.finish_step();
+            self.plan_step();
+            self.planner.spent_since(started);
+        }
+        logger.set_num_running(self.running.len());
+        logger.set_num_waiting(self.waiting.len());
+        let mut prompt = Vec::new();
+        let mut completion = Vec::new();
+        match self.planner.next_pass() {
+            Some(Pass::Decode(ids)) => {
+                for seq in self.running.iter_mut() {
+                    if ids.contains(&key(seq)) && seq.is_running() {
+                        seq.set_state(SequenceState::RunningCompletion);
+                        completion.push(seq);
+                    }
+                }
+            }
+            Some(Pass::Prefill { ids, start, len }) => {
+                for seq in self.running.iter_mut() {
+                    if ids.contains(&key(seq)) && seq.is_running() {
+                        seq.set_prompt_chunk(start, start + len);
+                        seq.set_state(SequenceState::RunningPrompt);
+                        prompt.push(seq);
+                    }
+                }
+            }
+            None => {}
+        }
+        SchedulerOutput::DefaultScheduler {
+            output: DefaultSchedulerOutput {
+                completion: completion.into(),
+                prompt: prompt.into(),
+            },
+        }
+    }
+
+    fn waiting_len(&self) -> usize {
+        self.waiting.len()
+    }
+
+    fn running_len(&self) -> usize {
+        self.running.len()
+    }
+
+    fn add_seq(&mut self, seq: Sequence) {
+        // A prefix-cache hit arrives holding the KV of its first `token_offset` tokens,
+        // with only the rest of its prompt left to compute.
+        let mut request = request_of(
+            key(&seq),
+            seq.priority(),
+            seq.session(),
+            seq.token_offset() + seq.len(),
+            seq.max_new_tokens(),
+        );
+        request.cached = seq.prefix_cache_len();
+        request.cached_exact = true;
+        match self.planner.add(request) {
+            Ok(withdrawn_hints) => {
+                // Dropping a withdrawn hint's sequence ends its stream.
+                self.waiting.retain(|s| !withdrawn_hints.contains(&key(s)));
+                seq.set_state(SequenceState::Waiting);
+                self.waiting.push(seq);
+            }
+            Err(refused) => {
+                let _ = seq
+                    .responder()
+                    .try_send(Response::ValidationError(refused.to_string().into()));
+            }
+        }
+    }
+
+    fn free_finished_sequence_groups(&mut self) {
+        // Finished sequences leave when their step ends and the policy hears of them.
+    }
+
+    fn get_finished_recurrent_indices(&self) -> Vec<usize> {
+        Vec::new()
+    }
+
+    fn block_size(&self) -> Option<usize> {
+        None
+    }
+
+    fn kv_cache_manager(&self) -> Option<Arc<tokio::sync::Mutex<KVCacheManager>>> {
+        None
+    }
+
+    fn set_prefix_caching_enabled(&mut self, _enabled: bool) {}
+}
