@@ -274,6 +274,21 @@ impl Engine {
         }
     }
 
+    /// For tests of recovery: under make-room, the engine thread panics when it next
+    /// plans a step, as a fault in a model or the scheduler would; the requests in flight
+    /// fail with [`EngineError::Internal`] and the engine restarts for the next request.
+    /// False (nothing injected) under mistral.rs's own scheduler.
+    #[doc(hidden)]
+    pub fn panic_at_next_step(&self) -> bool {
+        match &self.make_room {
+            Some(handle) => {
+                handle.panic_at_next_plan();
+                true
+            }
+            None => false,
+        }
+    }
+
     /// The served model's name (the GGUF file's stem).
     pub fn model_name(&self) -> &str {
         &self.model_name
@@ -323,11 +338,7 @@ impl Engine {
     pub async fn chat_async(&self, request: ChatRequest) -> Result<ReplyStream, EngineError> {
         let stop = request.stop.clone();
         let (normal, rx) = self.normal_request(request);
-        let sender = self.sender()?;
-        sender
-            .send(Request::Normal(Box::new(normal)))
-            .await
-            .map_err(|_| EngineError::Stopped)?;
+        self.send(Request::Normal(Box::new(normal))).await?;
         Ok(ReplyStream::spawn(
             self.runtime.handle(),
             rx,
@@ -347,12 +358,8 @@ impl Engine {
             reasoning_effort: None,
             response: tx,
         });
-        let sender = self.sender()?;
         self.runtime.block_on(async {
-            sender
-                .send(request)
-                .await
-                .map_err(|_| EngineError::Stopped)?;
+            self.send(request).await?;
             match rx.recv().await {
                 Some(Ok(tokens)) => Ok(tokens.len()),
                 Some(Err(e)) => Err(EngineError::InvalidRequest(format!("{e:#}"))),
@@ -361,11 +368,26 @@ impl Engine {
         })
     }
 
-    /// The channel into the engine's thread.
-    fn sender(&self) -> Result<tokio::sync::mpsc::Sender<Request>, EngineError> {
-        self.runner
-            .get_sender(None)
-            .map_err(|_| EngineError::Stopped)
+    /// Sends a request into the engine's thread. A thread that stopped on a panic is
+    /// rebuilt when asked for its channel once it has ended; one still unwinding refuses
+    /// the request, which is sent again until the new thread takes it.
+    async fn send(&self, mut request: Request) -> Result<(), EngineError> {
+        const RESTART_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+        let deadline = std::time::Instant::now() + RESTART_WAIT;
+        loop {
+            let sender = self
+                .runner
+                .get_sender(None)
+                .map_err(|_| EngineError::Stopped)?;
+            match sender.send(request).await {
+                Ok(()) => return Ok(()),
+                Err(refused) if std::time::Instant::now() < deadline => {
+                    request = refused.0;
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+                Err(_) => return Err(EngineError::Stopped),
+            }
+        }
     }
 
     fn normal_request(

@@ -17,7 +17,7 @@ use mistralrs_core::{
 };
 
 use super::planner::Planner;
-use super::{request_of, MakeRoomHandle, Pass};
+use super::{request_of, MakeRoomHandle, Pass, ENGINE_FAULT};
 use crate::make_room::PolicyConfig;
 
 pub struct MakeRoomScheduler {
@@ -179,4 +179,24 @@ impl Scheduler for MakeRoomScheduler {
     }
 
     fn set_prefix_caching_enabled(&mut self, _enabled: bool) {}
+
+    /// Answers every held request with the fault and forgets it: the engine is rebuilt
+    /// with this scheduler for the next request.
+    fn engine_panicked(&mut self) {
+        let held: Vec<Sequence> = self
+            .waiting
+            .drain(..)
+            .chain(self.running.drain(..))
+            .collect();
+        tracing::warn!(
+            "make-room: the engine thread panicked; failing the {} requests it held",
+            held.len()
+        );
+        for seq in held {
+            let _ = seq
+                .responder()
+                .try_send(Response::InternalError(ENGINE_FAULT.into()));
+        }
+        self.planner.reset();
+    }
 }

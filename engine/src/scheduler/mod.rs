@@ -103,6 +103,8 @@ pub struct MakeRoomHandle {
     switches: Arc<Mutex<Option<make_room::Switches>>>,
     /// Calls whose reply has its first sentence since the last step was planned.
     first_sentences: Arc<Mutex<Vec<u64>>>,
+    /// A test's fault: the engine thread panics when it next plans a step.
+    panic_at_next_plan: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl MakeRoomHandle {
@@ -122,6 +124,19 @@ impl MakeRoomHandle {
         }
     }
 
+    /// For tests of the engine's recovery: the engine thread panics when it next plans a
+    /// step, as a fault in a model or the scheduler would.
+    #[doc(hidden)]
+    pub fn panic_at_next_plan(&self) {
+        self.panic_at_next_plan
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn take_panic_at_next_plan(&self) -> bool {
+        self.panic_at_next_plan
+            .swap(false, std::sync::atomic::Ordering::SeqCst)
+    }
+
     fn take_first_sentences(&self) -> Vec<u64> {
         std::mem::take(&mut *lock(&self.first_sentences))
     }
@@ -134,6 +149,10 @@ impl MakeRoomHandle {
         *lock(&self.state) = state;
     }
 }
+
+/// What the requests in flight when the engine thread panicked are answered.
+const ENGINE_FAULT: &str =
+    "the engine stopped on an internal fault while this request was in flight; it was dropped (the engine restarts for the next request)";
 
 /// make-room's request for a sequence arriving with these.
 fn request_of(

@@ -32,7 +32,7 @@ use mistralrs_core::{
 
 use super::blocks::{budget_for_pool, PagedKv, SeqId};
 use super::planner::Planner;
-use super::{lock, request_of, MakeRoomHandle, Pass};
+use super::{lock, request_of, MakeRoomHandle, Pass, ENGINE_FAULT};
 use crate::make_room::{Plan, PolicyConfig, Refused};
 
 /// What the adapter needs of a sequence: the engine's, behind its lock, or a test's.
@@ -188,6 +188,27 @@ impl<S: PagedSeq> PagedSteps<S> {
                 })
             }
         }
+    }
+
+    /// After the engine thread panicked: lets go of every sequence (returned, for their
+    /// clients to hear of it), frees every block they and retained turns hold, and forgets
+    /// every request.
+    pub fn reset(&mut self) -> Vec<S> {
+        let held: Vec<S> = self
+            .waiting
+            .drain(..)
+            .chain(self.running.drain(..))
+            .collect();
+        for seq in &held {
+            self.kv.release(seq.id(), &[]);
+        }
+        let calls: Vec<u64> = self.kv.retained().map(|(call, _)| call).collect();
+        for call in calls {
+            self.kv.drop_retained(call);
+        }
+        self.written.clear();
+        self.planner.reset();
+        held
     }
 
     /// Tells the policy what the step ran and which sequences stopped, and lets go of the
@@ -419,6 +440,21 @@ impl Scheduler for PagedMakeRoomScheduler {
 
     /// The prefix cache stays on: preemption and call retention rely on it.
     fn set_prefix_caching_enabled(&mut self, _enabled: bool) {}
+
+    /// Answers every held request with the fault and frees its blocks: the engine is
+    /// rebuilt with this scheduler for the next request.
+    fn engine_panicked(&mut self) {
+        let held = self.steps.reset();
+        tracing::warn!(
+            "make-room: the engine thread panicked; failing the {} requests it held",
+            held.len()
+        );
+        for seq in held {
+            let _ = lock(&seq.0)
+                .responder()
+                .try_send(Response::InternalError(ENGINE_FAULT.into()));
+        }
+    }
 }
 
 #[cfg(test)]

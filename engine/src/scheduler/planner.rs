@@ -80,6 +80,18 @@ impl Planner {
         self.schedule_ns += started.elapsed().as_nanos() as u64;
     }
 
+    /// After the engine thread panicked: forgets every request and the step in flight,
+    /// keeping the settings, the switches and the counters.
+    pub fn reset(&mut self) {
+        let counters = self.policy.counters.clone();
+        self.policy = make_room::Scheduler::new(self.policy.config().clone());
+        self.policy.counters = counters;
+        self.passes.clear();
+        self.executed = Plan::default();
+        self.trace(format_args!("reset after an engine panic"));
+        self.publish(&Plan::default());
+    }
+
     /// Whether the step planned last has passes left to hand out.
     pub fn step_in_flight(&self) -> bool {
         !self.passes.is_empty()
@@ -123,6 +135,9 @@ impl Planner {
 
     /// The policy's plan for the next step.
     pub fn plan(&mut self) -> Plan {
+        if self.handle.take_panic_at_next_plan() {
+            panic!("make-room: a panic injected by a test");
+        }
         for call in self.handle.take_first_sentences() {
             self.policy.first_sentence_out(call);
         }

@@ -424,3 +424,25 @@ fn a_preempted_agent_resumes_from_what_the_cache_kept_without_sampling_again() {
     );
     assert_eq!(steps.short_grows(), 0);
 }
+
+#[test]
+fn after_an_engine_panic_nothing_is_held_and_the_next_request_runs() {
+    let (mut steps, mut model) = adapter(40, Switches::all());
+    let turn = Request::new(1, 0, Some(7), 100, 4);
+    steps.add(fake(&turn), 0, Some(7), Some(4)).unwrap();
+    run_all(&mut steps, &mut model);
+    let agent = Request::new(4, 1, None, 120, 40);
+    steps.add(fake(&agent), 1, None, Some(40)).unwrap();
+    for _ in 0..3 {
+        model.run(steps.next_pass().expect("the agent runs"));
+    }
+    let held = steps.reset();
+    assert_eq!(held.iter().map(PagedSeq::id).collect::<Vec<_>>(), vec![4]);
+    assert!(steps.is_idle() && steps.kv().retained().next().is_none());
+    assert_eq!(steps.kv().free_blocks(), 39, "every block free");
+    let next = Request::new(5, 1, None, 60, 6);
+    let seq = fake(&next);
+    steps.add(seq.clone(), 1, None, Some(6)).unwrap();
+    run_all(&mut steps, &mut model);
+    assert!(seq.0.borrow().tokens == expected(&next, 6));
+}
