@@ -253,6 +253,8 @@ impl Responder {
                     sentences = splitter.push(&text);
                 }
                 Some(StreamEvent::Done(_)) | None => stream_ended = true,
+                // A voice turn offers no tools.
+                Some(StreamEvent::ToolCalls(_)) => {}
             }
         }
         let first_sentence_at = Instant::now();
@@ -494,6 +496,7 @@ impl Responder {
                     }
                 }
                 StreamEvent::Done(_) => break,
+                StreamEvent::ToolCalls(_) => {}
             }
         }
         drop(stream);

@@ -63,11 +63,7 @@ impl Prompt {
     pub fn chatml(&self) -> String {
         let mut text = String::new();
         for m in &self.messages {
-            let role = match m.role {
-                Role::System => "system",
-                Role::User => "user",
-                Role::Assistant => "assistant",
-            };
+            let role = m.role.as_str();
             text.push_str(&format!("<|im_start|>{role}\n{}<|im_end|>\n", m.content));
         }
         text.push_str("<|im_start|>assistant\n");
@@ -160,6 +156,7 @@ fn timed(engine: &Engine, request: ChatRequest) -> Result<Timed> {
     while let Some(event) = stream.next_blocking() {
         match event.context("the engine failed a request")? {
             StreamEvent::Text(_) => tokens.push(Instant::now()),
+            StreamEvent::ToolCalls(_) => bail!("tool calls, though no tools were offered"),
             StreamEvent::Done(finish) => {
                 return Ok(Timed {
                     sent,

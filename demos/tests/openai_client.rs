@@ -210,6 +210,50 @@ fn check_served(port: u16) -> String {
         let message = refusal["message"].as_str().unwrap_or_default();
         assert!(message.contains(counted), "{case}: {refusal}");
     }
+    // The tool loop: the model's call comes back as OpenAI's, whole and streamed, with
+    // the reply ending for it; the tool's result goes back as a tool message and is
+    // answered in text.
+    let first = &seen["tool_first"];
+    assert_eq!(first["finish_reason"], "tool_calls", "{first}");
+    assert!(first["content"].is_null(), "{first}");
+    let streamed = &seen["tool_streamed"];
+    assert_eq!(streamed["finish_reason"], "tool_calls", "{streamed}");
+    for calls in [&first["calls"], &streamed["calls"]] {
+        let [call] = calls.as_array().unwrap().as_slice() else {
+            panic!("one call: {calls}")
+        };
+        assert_eq!(call["name"], "get_weather", "{call}");
+        assert!(
+            call["id"].as_str().is_some_and(|id| !id.is_empty()),
+            "{call}"
+        );
+        let arguments: Value = serde_json::from_str(call["arguments"].as_str().unwrap())
+            .unwrap_or_else(|e| panic!("arguments are JSON text: {e}: {call}"));
+        assert!(arguments["city"].is_string(), "{call}");
+    }
+    assert_eq!(first["calls"][0]["type"], "function");
+    let answered = &seen["tool_answered"];
+    assert!(
+        answered["content"]
+            .as_str()
+            .is_some_and(|c| !c.trim().is_empty()),
+        "{answered}"
+    );
+    assert_ne!(answered["finish_reason"], "tool_calls", "{answered}");
+    assert!(
+        answered["prompt_tokens"].as_u64().unwrap()
+            > seen["whole"]["prompt_tokens"].as_u64().unwrap() + 20,
+        "the call and its result are in the prompt: {answered}"
+    );
+    assert_eq!(
+        seen["tool_required"]["status"], 400,
+        "{}",
+        seen["tool_required"]
+    );
+    assert_eq!(seen["tool_required"]["param"], "tool_choice");
+    assert_eq!(seen["tool_result_without_id"]["status"], 400);
+    assert_eq!(seen["tool_result_without_id"]["param"], "messages");
+
     assert_eq!(seen["malformed_json"]["status"], 400);
     assert_eq!(
         seen["malformed_json"]["body"]["error"]["type"],
@@ -233,7 +277,7 @@ fn check_served(port: u16) -> String {
     // The stream that asked for priority -1 ran at agent priority, beside the others.
     let metrics = seen["metrics"].as_str().unwrap();
     for line in [
-        "sublet_requests_finished_total{priority=\"1\"} 7",
+        "sublet_requests_finished_total{priority=\"1\"} 10",
         "sublet_requests_cancelled_total{priority=\"1\"} 2",
         "sublet_requests_in_flight{priority=\"1\"} 0",
         "sublet_requests_refused_total{status=\"401\"} 1",

@@ -6,6 +6,7 @@
 //! 540 MB, and the products equal the dequantized-F32 path's up to summation order. Stock
 //! candle rounds the activations to 8 bits instead.
 
+mod chat;
 mod device;
 mod error;
 pub mod scheduler;
@@ -17,7 +18,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use either::Either;
-use indexmap::IndexMap;
 use mistralrs_core::{
     AutoDeviceMapParams, Constraint, DefaultSchedulerMethod, DeviceMapSetting, DrySamplingParams,
     GGUFLoaderBuilder, GGUFSpecificConfig, MistralRs, MistralRsBuilder, ModelDType, NormalRequest,
@@ -25,6 +25,11 @@ use mistralrs_core::{
 };
 use sublet_models::{MissingModel, ModelCache};
 
+use chat::{chat_messages, engine_tools};
+pub use chat::{
+    ChatRequest, Message, Repetition, ReplyFormat, Role, Tool, ToolCall, ToolChoice,
+    AGENT_PRIORITY, VOICE_PRIORITY,
+};
 pub use device::{Accelerator, KvPool, KV_BLOCK_TOKENS};
 pub use error::{EngineError, LoadError};
 use stream::StopCut;
@@ -107,110 +112,6 @@ impl std::fmt::Display for Weights {
             Self::F32 => "f32",
             Self::F16 => "f16",
         })
-    }
-}
-
-/// Who said a chat message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    System,
-    User,
-    Assistant,
-}
-
-impl Role {
-    fn as_str(self) -> &'static str {
-        match self {
-            Role::System => "system",
-            Role::User => "user",
-            Role::Assistant => "assistant",
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Message {
-    pub role: Role,
-    pub content: String,
-}
-
-impl Message {
-    pub fn new(role: Role, content: impl Into<String>) -> Self {
-        Self {
-            role,
-            content: content.into(),
-        }
-    }
-}
-
-/// One chat completion to run.
-#[derive(Debug, Clone)]
-pub struct ChatRequest {
-    pub messages: Vec<Message>,
-    pub max_tokens: usize,
-    /// `None` or 0 samples greedily.
-    pub temperature: Option<f64>,
-    /// Nucleus sampling, with a temperature.
-    pub top_p: Option<f64>,
-    /// What keeps the reply from repeating itself (none by default).
-    pub repetition: Repetition,
-    /// Scheduling priority, lower is more urgent (vLLM's convention): [`VOICE_PRIORITY`]
-    /// for a caller's turn, [`AGENT_PRIORITY`] by default for API requests.
-    pub priority: i32,
-    /// The call (or agent session) the request belongs to.
-    pub session: Option<u64>,
-    /// Texts that end the reply where they appear, themselves left out (OpenAI's `stop`).
-    pub stop: Vec<String>,
-    /// The shape the reply must take (any text by default).
-    pub format: ReplyFormat,
-}
-
-/// The shape a reply must take (OpenAI's `response_format`).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub enum ReplyFormat {
-    /// Any text.
-    #[default]
-    Text,
-    /// JSON matching this JSON Schema (`{"type": "object"}` for OpenAI's JSON mode),
-    /// enforced token by token by mistral.rs's grammar constraint (llguidance): the model
-    /// cannot sample a token that leaves the schema. A reply cut by its token limit is
-    /// still only a prefix.
-    JsonSchema(serde_json::Value),
-}
-
-/// Penalties on tokens the sequence (prompt and reply) already holds, applied before the
-/// next token is chosen, greedy or sampled. `None` leaves each off.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Repetition {
-    /// OpenAI's: subtracted from a token's logit once per time it occurs.
-    pub frequency_penalty: Option<f32>,
-    /// OpenAI's: subtracted once from the logit of any token that occurs.
-    pub presence_penalty: Option<f32>,
-    /// DRY ("don't repeat yourself") at this multiplier: a token that would extend a run
-    /// of tokens already in the sequence is penalised more the longer the run (base 1.75,
-    /// runs of two allowed). It stops loops and echoes without touching single words.
-    pub dry_multiplier: Option<f32>,
-}
-
-/// The priority of a voice turn.
-pub const VOICE_PRIORITY: i32 = 0;
-/// The priority an API request gets when it names none.
-pub const AGENT_PRIORITY: i32 = 1;
-
-impl ChatRequest {
-    /// A greedy request at agent priority.
-    pub fn new(messages: Vec<Message>, max_tokens: usize) -> Self {
-        Self {
-            messages,
-            max_tokens,
-            temperature: None,
-            top_p: None,
-            repetition: Repetition::default(),
-            priority: AGENT_PRIORITY,
-            session: None,
-            stop: Vec::new(),
-            format: ReplyFormat::Text,
-        }
     }
 }
 
@@ -398,6 +299,7 @@ impl Engine {
         tokio::sync::mpsc::Receiver<mistralrs_core::Response>,
     ) {
         let messages = chat_messages(&request.messages);
+        let (tools, tool_choice) = engine_tools(&request.tools, &request.tool_choice);
         let mut sampling = SamplingParams::deterministic();
         sampling.max_len = Some(request.max_tokens);
         if !request.stop.is_empty() {
@@ -436,8 +338,8 @@ impl Engine {
             id,
             constraint,
             suffix: None,
-            tools: None,
-            tool_choice: None,
+            tools,
+            tool_choice,
             logits_processors: None,
             return_raw_logits: false,
             web_search_options: None,
@@ -448,19 +350,6 @@ impl Engine {
         };
         (normal, rx)
     }
-}
-
-/// Chat messages as mistral.rs takes them.
-fn chat_messages(messages: &[Message]) -> Vec<IndexMap<String, mistralrs_core::MessageContent>> {
-    messages
-        .iter()
-        .map(|m| {
-            let mut entry = IndexMap::new();
-            entry.insert("role".into(), Either::Left(m.role.as_str().into()));
-            entry.insert("content".into(), Either::Left(m.content.clone()));
-            entry
-        })
-        .collect()
 }
 
 async fn build_runner(

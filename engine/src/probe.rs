@@ -135,6 +135,7 @@ fn voice_turn(engine: &Engine, agent_tokens: &AtomicUsize) -> Result<Turn> {
                 at_first_token.get_or_insert_with(|| engine.scheduler_state());
             }
             Some(Ok(StreamEvent::Done(_))) | None => break,
+            Some(Ok(StreamEvent::ToolCalls(_))) => {} // the probe asks for no tools
             Some(Err(e)) => bail!("the voice turn failed: {e}"),
         }
     }

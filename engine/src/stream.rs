@@ -2,7 +2,7 @@
 
 use mistralrs_core::Response;
 
-use crate::EngineError;
+use crate::{EngineError, ToolCall};
 use tokio::sync::mpsc;
 
 /// How a reply ended.
@@ -22,6 +22,8 @@ pub enum FinishReason {
     Length,
     /// Its reader left, or the engine cancelled it.
     Canceled,
+    /// The model called tools (the reply's [`StreamEvent::ToolCalls`]).
+    ToolCalls,
     /// A reason this engine does not name (kept as the engine gave it).
     Other(String),
 }
@@ -32,6 +34,7 @@ impl FinishReason {
             "stop" => Self::Stop,
             "length" => Self::Length,
             "canceled" => Self::Canceled,
+            "tool_calls" => Self::ToolCalls,
             other => Self::Other(other.to_string()),
         }
     }
@@ -42,6 +45,7 @@ impl FinishReason {
             Self::Stop => "stop",
             Self::Length => "length",
             Self::Canceled => "canceled",
+            Self::ToolCalls => "tool_calls",
             Self::Other(reason) => reason,
         }
     }
@@ -57,6 +61,9 @@ impl std::fmt::Display for FinishReason {
 pub enum StreamEvent {
     /// The next piece of the reply's text (usually one token).
     Text(String),
+    /// Tools the model called (with the request's `tools` only), read out of its reply by
+    /// mistral.rs; the reply then ends with [`FinishReason::ToolCalls`].
+    ToolCalls(Vec<ToolCall>),
     /// The reply is complete.
     Done(Finish),
 }
@@ -177,7 +184,10 @@ impl ReplyStream {
     }
 
     fn note(&mut self, item: &Option<Result<StreamEvent, EngineError>>) {
-        if !matches!(item, Some(Ok(StreamEvent::Text(_)))) {
+        if !matches!(
+            item,
+            Some(Ok(StreamEvent::Text(_) | StreamEvent::ToolCalls(_)))
+        ) {
             self.finished = true;
         }
     }
@@ -188,6 +198,7 @@ impl ReplyStream {
         while let Some(event) = self.next_blocking() {
             match event? {
                 StreamEvent::Text(t) => text.push_str(&t),
+                StreamEvent::ToolCalls(_) => {}
                 StreamEvent::Done(finish) => return Ok((text, finish)),
             }
         }
@@ -273,6 +284,17 @@ impl StopCut {
     }
 }
 
+fn tool_calls(calls: Vec<mistralrs_core::ToolCallResponse>) -> Vec<ToolCall> {
+    calls
+        .into_iter()
+        .map(|call| ToolCall {
+            id: call.id,
+            name: call.function.name,
+            arguments: call.function.arguments,
+        })
+        .collect()
+}
+
 /// The events one engine response carries, and whether it is the last.
 fn translate(response: Response) -> (Vec<Result<StreamEvent, EngineError>>, bool) {
     match response {
@@ -282,6 +304,9 @@ fn translate(response: Response) -> (Vec<Result<StreamEvent, EngineError>>, bool
             for choice in chunk.choices {
                 if let Some(text) = choice.delta.content.filter(|t| !t.is_empty()) {
                     events.push(Ok(StreamEvent::Text(text)));
+                }
+                if let Some(calls) = choice.delta.tool_calls.filter(|c| !c.is_empty()) {
+                    events.push(Ok(StreamEvent::ToolCalls(tool_calls(calls))));
                 }
                 if let Some(reason) = choice.finish_reason {
                     finish = Some(reason);
@@ -307,7 +332,18 @@ fn translate(response: Response) -> (Vec<Result<StreamEvent, EngineError>>, bool
                 prompt_tokens: done.usage.prompt_tokens,
                 completion_tokens: done.usage.completion_tokens,
             };
-            (vec![Ok(StreamEvent::Done(finish))], true)
+            let calls = done
+                .choices
+                .into_iter()
+                .next()
+                .and_then(|c| c.message.tool_calls)
+                .filter(|c| !c.is_empty());
+            let mut events = Vec::new();
+            if let Some(calls) = calls {
+                events.push(Ok(StreamEvent::ToolCalls(tool_calls(calls))));
+            }
+            events.push(Ok(StreamEvent::Done(finish)));
+            (events, true)
         }
         Response::ModelError(message, _) | Response::CompletionModelError(message, _) => {
             (vec![Err(EngineError::Model(message))], true)

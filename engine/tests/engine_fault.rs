@@ -23,6 +23,7 @@ fn finish(mut stream: ReplyStream) -> Result<String, EngineError> {
         match stream.next_before(Instant::now() + left) {
             Ok(Some(Ok(StreamEvent::Text(piece)))) => text.push_str(&piece),
             Ok(Some(Ok(StreamEvent::Done(_)))) => return Ok(text),
+            Ok(Some(Ok(StreamEvent::ToolCalls(calls)))) => panic!("no tools offered: {calls:?}"),
             Ok(Some(Err(e))) => return Err(e),
             Ok(None) => panic!("the stream ended with neither an answer nor an error"),
             Err(_) => panic!("no answer and no error within a minute: the client hangs"),

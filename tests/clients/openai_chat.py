@@ -118,6 +118,78 @@ out["malformed_json"] = raw_post(b'{"messages": [ {"role": "user", "content": ',
 # A web page's form post to a keyless local server is refused, not parsed.
 out["form_post"] = raw_post(b"messages=hello", "application/x-www-form-urlencoded")
 
+# A coding agent's tool loop. The bundled small model does not call tools on its own, so
+# a JSON Schema holds its reply to a call's shape, which mistral.rs reads as a call; the
+# call is answered by a tool message, and the reply after it comes whole and streamed.
+weather_tool = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city now",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+call_shape = {
+    "type": "object",
+    "properties": {
+        "name": {"const": "get_weather"},
+        "arguments": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+    },
+    "required": ["name", "arguments"],
+    "additionalProperties": False,
+}
+as_call = {"type": "json_schema", "json_schema": {"name": "call", "schema": call_shape}}
+ask_tool = [{"role": "user", "content": "What is the weather in Paris?"}]
+first = client.chat.completions.create(
+    model="any", messages=ask_tool, tools=[weather_tool], max_tokens=48, response_format=as_call
+)
+calls = first.choices[0].message.tool_calls or []
+out["tool_first"] = {
+    "finish_reason": first.choices[0].finish_reason,
+    "content": first.choices[0].message.content,
+    "calls": [{"id": c.id, "type": c.type, "name": c.function.name, "arguments": c.function.arguments} for c in calls],
+}
+streamed_calls, finish = [], None
+for chunk in client.chat.completions.create(
+    model="any", messages=ask_tool, tools=[weather_tool], max_tokens=48, response_format=as_call, stream=True
+):
+    for choice in chunk.choices:
+        for c in choice.delta.tool_calls or []:
+            streamed_calls.append({"index": c.index, "id": c.id, "name": c.function.name, "arguments": c.function.arguments})
+        if choice.finish_reason:
+            finish = choice.finish_reason
+out["tool_streamed"] = {"calls": streamed_calls, "finish_reason": finish}
+call_id = calls[0].id if calls else "call_0"
+arguments = calls[0].function.arguments if calls else '{"city": "Paris"}'
+called = ask_tool + [
+    {"role": "assistant", "content": None, "tool_calls": [
+        {"id": call_id, "type": "function", "function": {"name": "get_weather", "arguments": arguments}}]},
+    {"role": "tool", "tool_call_id": call_id, "content": '{"city": "Paris", "sky": "sunny", "celsius": 21}'},
+]
+answered = client.chat.completions.create(
+    model="any", messages=called, tools=[weather_tool], tool_choice="none", max_tokens=32
+)
+out["tool_answered"] = {
+    "content": answered.choices[0].message.content,
+    "finish_reason": answered.choices[0].finish_reason,
+    "prompt_tokens": answered.usage.prompt_tokens,
+}
+out["tool_required"] = refusal(
+    lambda: client.chat.completions.create(
+        model="any", messages=ask_tool, tools=[weather_tool], tool_choice="required", max_tokens=4
+    )
+)
+out["tool_result_without_id"] = refusal(
+    lambda: client.chat.completions.create(
+        model="any", messages=ask_tool + [{"role": "tool", "content": "sunny"}], max_tokens=4
+    )
+)
+
 after = client.chat.completions.create(model="any", messages=question, max_tokens=8)
 out["after_errors"] = after.choices[0].message.content
 

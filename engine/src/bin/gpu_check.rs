@@ -124,6 +124,7 @@ fn pieces(mut stream: sublet_engine::ReplyStream) -> Result<Vec<String>> {
     while let Some(event) = stream.next_blocking() {
         match event? {
             StreamEvent::Text(text) => pieces.push(text),
+            StreamEvent::ToolCalls(_) => bail!("tool calls, though no tools were offered"),
             StreamEvent::Done(_) => return Ok(pieces),
         }
     }

@@ -1,6 +1,7 @@
 //! The agents' door: an OpenAI-compatible HTTP API on the shared engine.
 //!
-//! `POST /v1/chat/completions` (streamed as server-sent events or whole), `GET /v1/models`,
+//! `POST /v1/chat/completions` (streamed as server-sent events or whole; with `tools`, the
+//! model's calls come back as OpenAI's `tool_calls`), `GET /v1/models`,
 //! `GET /health`, `GET /metrics` (Prometheus text). A request may carry `priority` (lower is
 //! more urgent, as in vLLM) within the operator's range ([`Limits::priorities`]); without
 //! one it runs at [`AGENT_PRIORITY`](crate::AGENT_PRIORITY).
@@ -253,15 +254,24 @@ async fn serve_chat(
 
     if !stream_requested {
         let mut text = String::new();
+        let mut calls = Vec::new();
         let mut event: Option<Result<StreamEvent, EngineError>> = Some(Ok(first));
         loop {
             match event {
                 Some(Ok(StreamEvent::Text(t))) => text.push_str(&t),
+                Some(Ok(StreamEvent::ToolCalls(c))) => calls.extend(c),
                 Some(Ok(StreamEvent::Done(finish))) => {
                     ending.finished(finish.prompt_tokens, finish.completion_tokens);
+                    let mut message = json!({"role": "assistant", "content": text});
+                    if !calls.is_empty() {
+                        message["tool_calls"] = openai::tool_calls(&calls);
+                        if text.is_empty() {
+                            message["content"] = serde_json::Value::Null;
+                        }
+                    }
                     return Ok(Json(json!({
                         "id": id, "object": "chat.completion", "created": created, "model": model,
-                        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish.reason.as_str()}],
+                        "choices": [{"index": 0, "message": message, "finish_reason": finish.reason.as_str()}],
                         "usage": openai::usage(finish.prompt_tokens, finish.completion_tokens),
                     }))
                     .into_response());
@@ -318,6 +328,14 @@ async fn serve_chat(
                         role_sent = true;
                         json!({"role": "assistant", "content": text})
                     };
+                    openai::chunk(&id, created, &model, delta, None).to_string()
+                }
+                StreamEvent::ToolCalls(calls) => {
+                    let mut delta = json!({"tool_calls": openai::tool_calls(&calls)});
+                    if !role_sent {
+                        role_sent = true;
+                        delta["role"] = json!("assistant");
+                    }
                     openai::chunk(&id, created, &model, delta, None).to_string()
                 }
                 StreamEvent::Done(finish) => {

@@ -6,7 +6,9 @@ use std::ops::RangeInclusive;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::{ChatRequest, Message, Repetition, ReplyFormat, Role, AGENT_PRIORITY};
+use crate::{
+    ChatRequest, Message, Repetition, ReplyFormat, Role, Tool, ToolCall, ToolChoice, AGENT_PRIORITY,
+};
 
 /// A chat completion request as clients send it. Unknown fields are ignored, as OpenAI's
 /// own server does for the ones it does not use.
@@ -31,6 +33,49 @@ pub struct ChatCompletionBody {
     pub stop: Option<Stop>,
     /// The reply's shape: `text`, `json_object` (JSON mode) or `json_schema`.
     pub response_format: Option<ResponseFormat>,
+    /// Functions the model may call.
+    pub tools: Option<Vec<WireTool>>,
+    /// `"auto"`, `"none"`, or `{"type": "function", "function": {"name": …}}`.
+    pub tool_choice: Option<WireToolChoice>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct WireTool {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub function: WireFunction,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct WireFunction {
+    pub name: String,
+    pub description: Option<String>,
+    pub parameters: Option<serde_json::Map<String, Value>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum WireToolChoice {
+    Mode(String),
+    Function { function: NamedFunction },
+}
+
+#[derive(Debug, Deserialize)]
+pub struct NamedFunction {
+    pub name: String,
+}
+
+/// An assistant message's call of a tool, as clients send it back.
+#[derive(Debug, Deserialize)]
+pub struct WireToolCall {
+    pub id: String,
+    pub function: WireCalledFunction,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct WireCalledFunction {
+    pub name: String,
+    pub arguments: String,
 }
 
 /// `response_format` as OpenAI takes it.
@@ -74,6 +119,10 @@ pub struct StreamOptions {
 pub struct WireMessage {
     pub role: String,
     pub content: Option<Content>,
+    /// An assistant message's tool calls.
+    pub tool_calls: Option<Vec<WireToolCall>>,
+    /// The call a `tool` message answers.
+    pub tool_call_id: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -198,13 +247,26 @@ impl ChatCompletionBody {
                 "system" | "developer" => Role::System,
                 "user" => Role::User,
                 "assistant" => Role::Assistant,
+                "tool" => Role::Tool,
                 other => {
                     return Err(ApiError::invalid(
                         Some("messages"),
-                        format!("messages[{i}].role {other:?} is not one of system, developer, user, assistant"),
+                        format!("messages[{i}].role {other:?} is not one of system, developer, user, assistant, tool"),
                     ))
                 }
             };
+            if role == Role::Tool && m.tool_call_id.is_none() {
+                return Err(ApiError::invalid(
+                    Some("messages"),
+                    format!("messages[{i}] is a tool message without its tool_call_id"),
+                ));
+            }
+            if role != Role::Assistant && m.tool_calls.is_some() {
+                return Err(ApiError::invalid(
+                    Some("messages"),
+                    format!("messages[{i}]: only an assistant message holds tool_calls"),
+                ));
+            }
             let content = match m.content {
                 None => String::new(),
                 Some(Content::Text(t)) => t,
@@ -226,7 +288,20 @@ impl ChatCompletionBody {
                     text
                 }
             };
-            messages.push(Message::new(role, content));
+            messages.push(Message {
+                tool_calls: m
+                    .tool_calls
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|call| ToolCall {
+                        id: call.id,
+                        name: call.function.name,
+                        arguments: call.function.arguments,
+                    })
+                    .collect(),
+                tool_call_id: m.tool_call_id,
+                ..Message::new(role, content)
+            });
         }
         if self.n.is_some_and(|n| n != 1) {
             return Err(ApiError::invalid(Some("n"), "only n = 1 is supported"));
@@ -293,6 +368,7 @@ impl ChatCompletionBody {
                 ReplyFormat::JsonSchema(json_schema.schema.unwrap_or_else(any_object))
             }
         };
+        let (tools, tool_choice) = tools(self.tools, self.tool_choice)?;
         let include_usage = self.stream_options.is_some_and(|o| o.include_usage);
         Ok((
             ChatRequest {
@@ -312,10 +388,90 @@ impl ChatCompletionBody {
                 session: None,
                 stop,
                 format,
+                tools,
+                tool_choice,
             },
             include_usage,
         ))
     }
+}
+
+/// Checks `tools` and `tool_choice` as OpenAI does: functions only, a choice only with
+/// tools, a named choice among them. `"required"` is refused: mistral.rs cannot hold the
+/// model to calling some tool without naming one.
+fn tools(
+    tools: Option<Vec<WireTool>>,
+    choice: Option<WireToolChoice>,
+) -> Result<(Vec<Tool>, ToolChoice), ApiError> {
+    let mut checked = Vec::new();
+    for (i, tool) in tools.into_iter().flatten().enumerate() {
+        if tool.kind != "function" {
+            return Err(ApiError::invalid(
+                Some("tools"),
+                format!(
+                    "tools[{i}].type {:?}: only function tools are served",
+                    tool.kind
+                ),
+            ));
+        }
+        if tool.function.name.is_empty() {
+            return Err(ApiError::invalid(
+                Some("tools"),
+                format!("tools[{i}] has no name"),
+            ));
+        }
+        checked.push(Tool {
+            name: tool.function.name,
+            description: tool.function.description,
+            parameters: tool.function.parameters,
+        });
+    }
+    let choice = match choice {
+        None => ToolChoice::Auto,
+        Some(_) if checked.is_empty() => {
+            return Err(ApiError::invalid(
+                Some("tool_choice"),
+                "tool_choice is only allowed with tools",
+            ))
+        }
+        Some(WireToolChoice::Mode(mode)) => match mode.as_str() {
+            "auto" => ToolChoice::Auto,
+            "none" => ToolChoice::None,
+            other => {
+                return Err(ApiError::invalid(
+                    Some("tool_choice"),
+                    format!(
+                        "tool_choice {other:?} is not served: use auto, none, or name a function"
+                    ),
+                ))
+            }
+        },
+        Some(WireToolChoice::Function { function }) => {
+            if !checked.iter().any(|t| t.name == function.name) {
+                return Err(ApiError::invalid(
+                    Some("tool_choice"),
+                    format!(
+                        "tool_choice names {:?}, which is not among the tools",
+                        function.name
+                    ),
+                ));
+            }
+            ToolChoice::Function(function.name)
+        }
+    };
+    Ok((checked, choice))
+}
+
+/// Tool calls as OpenAI's messages and deltas carry them.
+pub fn tool_calls(calls: &[ToolCall]) -> Value {
+    calls
+        .iter()
+        .enumerate()
+        .map(|(index, call)| {
+            json!({"index": index, "id": call.id, "type": "function",
+                   "function": {"name": call.name, "arguments": call.arguments}})
+        })
+        .collect()
 }
 
 pub fn chunk(id: &str, created: u64, model: &str, delta: Value, finish: Option<&str>) -> Value {
@@ -333,93 +489,4 @@ pub fn usage(prompt: usize, completion: usize) -> Value {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn parse(body: Value) -> Result<(ChatRequest, bool), ApiError> {
-        let limits = Limits {
-            max_tokens: 512,
-            default_max_tokens: 128,
-            ..Limits::default()
-        };
-        serde_json::from_value::<ChatCompletionBody>(body)
-            .unwrap()
-            .into_request(&limits)
-    }
-
-    #[test]
-    fn accepts_what_openai_clients_send() {
-        let (req, usage) = parse(json!({
-            "model": "x", "stream": true, "stream_options": {"include_usage": true},
-            "messages": [{"role": "system", "content": "be brief"},
-                         {"role": "user", "content": [{"type": "text", "text": "hi"}]}],
-            "user": "someone", "priority": 5
-        }))
-        .unwrap();
-        assert!(usage);
-        assert_eq!(req.priority, 5);
-        assert_eq!(req.max_tokens, 128);
-        assert_eq!(req.messages[1], Message::new(Role::User, "hi"));
-        let stop = |s: Value| {
-            parse(json!({"messages": [{"role": "user", "content": "x"}], "stop": s}))
-                .map(|(r, _)| r.stop)
-        };
-        assert_eq!(stop(json!("\n")).unwrap(), ["\n"]);
-        assert_eq!(stop(json!(["a", "b"])).unwrap(), ["a", "b"]);
-        assert_eq!(
-            stop(json!(["a", "b", "c", "d", "e"])).unwrap_err().param,
-            Some("stop")
-        );
-        assert_eq!(stop(json!([""])).unwrap_err().param, Some("stop"));
-        assert_eq!(
-            parse(json!({"messages": [{"role": "user", "content": "x"}]}))
-                .unwrap()
-                .0
-                .priority,
-            AGENT_PRIORITY
-        );
-    }
-
-    #[test]
-    fn no_client_outranks_a_voice_turn() {
-        let priority = |p: i32| {
-            parse(json!({"messages": [{"role": "user", "content": "x"}], "priority": p}))
-                .unwrap()
-                .0
-                .priority
-        };
-        assert_eq!(priority(-1), AGENT_PRIORITY);
-        assert_eq!(priority(i32::MIN), AGENT_PRIORITY);
-        assert!(priority(crate::VOICE_PRIORITY) > crate::VOICE_PRIORITY);
-        assert_eq!(priority(AGENT_PRIORITY + 3), AGENT_PRIORITY + 3);
-        assert_eq!(priority(i32::MAX), AGENT_PRIORITY + 9);
-    }
-
-    #[test]
-    fn refuses_what_it_cannot_serve() {
-        let many = vec![json!({"role": "user", "content": "x"}); 4097];
-        assert_eq!(
-            parse(json!({ "messages": many })).unwrap_err().param,
-            Some("messages")
-        );
-        let err = |b: Value| parse(b).unwrap_err();
-        assert_eq!(err(json!({"messages": []})).param, Some("messages"));
-        assert_eq!(
-            err(json!({"messages": [{"role": "robot", "content": "x"}]})).status,
-            400
-        );
-        assert_eq!(
-            err(json!({"messages": [{"role": "user", "content": "x"}], "max_tokens": 100000}))
-                .param,
-            Some("max_tokens")
-        );
-        assert_eq!(
-            err(json!({"messages": [{"role": "user", "content": "x"}], "temperature": 7})).param,
-            Some("temperature")
-        );
-        assert_eq!(
-            err(json!({"messages": [{"role": "user", "content": "x"}], "n": 3})).param,
-            Some("n")
-        );
-    }
-}
+mod tests;

@@ -1,0 +1,224 @@
+//! What a chat completion is made of: messages (with tool calls and tool results), the
+//! request's settings, and how both are handed to mistral.rs.
+
+use either::Either;
+use indexmap::IndexMap;
+use serde_json::Value;
+
+/// Who said a chat message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+    /// A tool's result, answering one of the assistant's tool calls.
+    Tool,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::System => "system",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+            Role::Tool => "tool",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    pub role: Role,
+    pub content: String,
+    /// The tools an assistant message called.
+    pub tool_calls: Vec<ToolCall>,
+    /// The call a tool message answers.
+    pub tool_call_id: Option<String>,
+}
+
+impl Message {
+    pub fn new(role: Role, content: impl Into<String>) -> Self {
+        Self {
+            role,
+            content: content.into(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+        }
+    }
+}
+
+/// A call of a tool, as the model made it: its arguments are JSON text, as OpenAI sends
+/// them (the model's, so not always valid JSON).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    pub arguments: String,
+}
+
+/// A function the model may call (OpenAI's `tools` entry).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tool {
+    pub name: String,
+    pub description: Option<String>,
+    /// Its parameters as a JSON Schema object.
+    pub parameters: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+/// Whether the model may call a tool (OpenAI's `tool_choice`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum ToolChoice {
+    /// It decides (the default).
+    #[default]
+    Auto,
+    /// It answers in text.
+    None,
+    /// It calls this tool.
+    Function(String),
+}
+
+/// One chat completion to run.
+#[derive(Debug, Clone)]
+pub struct ChatRequest {
+    pub messages: Vec<Message>,
+    pub max_tokens: usize,
+    /// `None` or 0 samples greedily.
+    pub temperature: Option<f64>,
+    /// Nucleus sampling, with a temperature.
+    pub top_p: Option<f64>,
+    /// What keeps the reply from repeating itself (none by default).
+    pub repetition: Repetition,
+    /// Scheduling priority, lower is more urgent (vLLM's convention): [`VOICE_PRIORITY`]
+    /// for a caller's turn, [`AGENT_PRIORITY`] by default for API requests.
+    pub priority: i32,
+    /// The call (or agent session) the request belongs to.
+    pub session: Option<u64>,
+    /// Texts that end the reply where they appear, themselves left out (OpenAI's `stop`).
+    pub stop: Vec<String>,
+    /// The shape the reply must take (any text by default).
+    pub format: ReplyFormat,
+    /// Tools the model may call (none by default): mistral.rs renders them through the
+    /// model's chat template and reads calls out of its reply.
+    pub tools: Vec<Tool>,
+    pub tool_choice: ToolChoice,
+}
+
+/// The shape a reply must take (OpenAI's `response_format`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum ReplyFormat {
+    /// Any text.
+    #[default]
+    Text,
+    /// JSON matching this JSON Schema (`{"type": "object"}` for OpenAI's JSON mode),
+    /// enforced token by token by mistral.rs's grammar constraint (llguidance): the model
+    /// cannot sample a token that leaves the schema. A reply cut by its token limit is
+    /// still only a prefix.
+    JsonSchema(serde_json::Value),
+}
+
+/// Penalties on tokens the sequence (prompt and reply) already holds, applied before the
+/// next token is chosen, greedy or sampled. `None` leaves each off.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Repetition {
+    /// OpenAI's: subtracted from a token's logit once per time it occurs.
+    pub frequency_penalty: Option<f32>,
+    /// OpenAI's: subtracted once from the logit of any token that occurs.
+    pub presence_penalty: Option<f32>,
+    /// DRY ("don't repeat yourself") at this multiplier: a token that would extend a run
+    /// of tokens already in the sequence is penalised more the longer the run (base 1.75,
+    /// runs of two allowed). It stops loops and echoes without touching single words.
+    pub dry_multiplier: Option<f32>,
+}
+
+/// The priority of a voice turn.
+pub const VOICE_PRIORITY: i32 = 0;
+/// The priority an API request gets when it names none.
+pub const AGENT_PRIORITY: i32 = 1;
+
+impl ChatRequest {
+    /// A greedy request at agent priority.
+    pub fn new(messages: Vec<Message>, max_tokens: usize) -> Self {
+        Self {
+            messages,
+            max_tokens,
+            temperature: None,
+            top_p: None,
+            repetition: Repetition::default(),
+            priority: AGENT_PRIORITY,
+            session: None,
+            stop: Vec::new(),
+            format: ReplyFormat::Text,
+            tools: Vec::new(),
+            tool_choice: ToolChoice::Auto,
+        }
+    }
+}
+
+/// Chat messages as mistral.rs takes them (and its chat templates read them): a tool call
+/// as `{"id", "type": "function", "function": {"name", "arguments"}}`.
+pub(crate) fn chat_messages(
+    messages: &[Message],
+) -> Vec<IndexMap<String, mistralrs_core::MessageContent>> {
+    messages
+        .iter()
+        .map(|m| {
+            let mut entry = IndexMap::new();
+            entry.insert("role".into(), Either::Left(m.role.as_str().into()));
+            entry.insert("content".into(), Either::Left(m.content.clone()));
+            if let Some(id) = &m.tool_call_id {
+                entry.insert("tool_call_id".into(), Either::Left(id.clone()));
+            }
+            if !m.tool_calls.is_empty() {
+                let calls = m
+                    .tool_calls
+                    .iter()
+                    .map(|call| {
+                        IndexMap::from([
+                            ("id".to_string(), Value::String(call.id.clone())),
+                            ("type".to_string(), Value::String("function".into())),
+                            (
+                                "function".to_string(),
+                                serde_json::json!({"name": call.name, "arguments": call.arguments}),
+                            ),
+                        ])
+                    })
+                    .collect();
+                entry.insert("tool_calls".into(), Either::Right(calls));
+            }
+            entry
+        })
+        .collect()
+}
+
+/// The request's tools and choice as mistral.rs takes them (`None`: no tools).
+pub(crate) fn engine_tools(
+    tools: &[Tool],
+    choice: &ToolChoice,
+) -> (
+    Option<Vec<mistralrs_core::Tool>>,
+    Option<mistralrs_core::ToolChoice>,
+) {
+    let engine_tool = |tool: &Tool| mistralrs_core::Tool {
+        tp: mistralrs_core::ToolType::Function,
+        function: mistralrs_core::Function {
+            description: tool.description.clone(),
+            name: tool.name.clone(),
+            parameters: tool
+                .parameters
+                .as_ref()
+                .map(|p| p.clone().into_iter().collect()),
+        },
+    };
+    if tools.is_empty() {
+        return (None, None);
+    }
+    let choice = match choice {
+        ToolChoice::Auto => mistralrs_core::ToolChoice::Auto,
+        ToolChoice::None => mistralrs_core::ToolChoice::None,
+        ToolChoice::Function(name) => match tools.iter().find(|t| &t.name == name) {
+            Some(tool) => mistralrs_core::ToolChoice::Tool(engine_tool(tool)),
+            None => mistralrs_core::ToolChoice::Auto,
+        },
+    };
+    (Some(tools.iter().map(engine_tool).collect()), Some(choice))
+}
