@@ -230,6 +230,26 @@ mod tests {
     }
 
     #[test]
+    fn a_retained_turn_is_counted_in_whole_blocks() {
+        let mut scheduler = Scheduler::new(PolicyConfig {
+            switches: Switches::all(),
+            kv_block_tokens: 16,
+            ..PolicyConfig::default()
+        });
+        scheduler
+            .add(Request::new(1, 0, Some(7), 40, 1), 0)
+            .unwrap();
+        let plan = scheduler.schedule(0);
+        scheduler.finish_step(&plan, 1, &[]);
+        assert_eq!(
+            scheduler.retained_tokens(),
+            48,
+            "40 tokens hold three blocks"
+        );
+        assert_eq!(scheduler.kv_used(), 48);
+    }
+
+    #[test]
     fn a_request_more_urgent_than_the_plan_asks_for_a_new_plan_once() {
         let mut scheduler = scheduler(Switches::all());
         scheduler.add(Request::new(1, 1, None, 40, 48), 0).unwrap();

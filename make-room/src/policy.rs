@@ -468,12 +468,14 @@ impl Scheduler {
         for id in &finished {
             let r = self.requests.remove(id).expect("finished request exists");
             if let (true, Some(call)) = (self.config.switches.call_retention, r.call) {
-                if self.retained_tokens() + r.computed <= self.config.retain_tokens {
+                let block = self.config.kv_block_tokens.max(1);
+                let tokens = r.computed.div_ceil(block) * block;
+                if self.retained_tokens() + tokens <= self.config.retain_tokens {
                     self.retained.retain(|k| k.call != call);
                     self.retained.push(Retained {
                         call,
                         request: r.id,
-                        tokens: r.computed,
+                        tokens,
                         until_ms: now_ms + self.config.retain_ms,
                     });
                     self.counters.retained_turns += 1;

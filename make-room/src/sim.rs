@@ -238,6 +238,7 @@ pub fn random_workload(seed: u64) -> Workload {
         switches: Switches::default(),
         max_running: rng.range(1, 8) as usize,
         kv_budget_tokens,
+        kv_block_tokens: 1,
         chunk_tokens: rng.chance(0.6).then(|| rng.range(1, 256) as usize),
         idle_chunk_tokens: rng.chance(0.3).then(|| rng.range(1, 512) as usize),
         whole_prompt_priority: rng.chance(0.3).then_some(0),

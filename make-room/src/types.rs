@@ -65,6 +65,9 @@ pub struct PolicyConfig {
     pub max_running: usize,
     /// KV cache room, in tokens.
     pub kv_budget_tokens: usize,
+    /// Tokens in a block of the engine's KV cache (1: a cache per sequence, the CPU's; 32
+    /// on a GPU's paged pool). A retained turn holds whole blocks, and is counted so.
+    pub kv_block_tokens: usize,
     /// Most prompt plus decode tokens in one step (`None`: whole prompts, as stock).
     pub chunk_tokens: Option<usize>,
     /// The step's token budget while no voice turn is near (no request at
@@ -99,6 +102,7 @@ impl Default for PolicyConfig {
             switches: Switches::default(),
             max_running: 16,
             kv_budget_tokens: 16_384,
+            kv_block_tokens: 1,
             chunk_tokens: None,
             idle_chunk_tokens: None,
             whole_prompt_priority: None,

@@ -34,7 +34,7 @@ pub(crate) struct PagedKv {
 
 impl PagedKv {
     pub fn new(manager: Arc<tokio::sync::Mutex<KVCacheManager>>) -> Self {
-        let block_size = manager.blocking_lock().block_size();
+        let block_size = lock_pool(&manager).block_size();
         Self {
             manager,
             block_size,
@@ -44,8 +44,7 @@ impl PagedKv {
     }
 
     pub(super) fn manager(&self) -> tokio::sync::MutexGuard<'_, KVCacheManager> {
-        // The engine thread is not async: it never holds this lock across an await.
-        self.manager.blocking_lock()
+        lock_pool(&self.manager)
     }
 
     pub fn block_size(&self) -> usize {
@@ -77,7 +76,7 @@ impl PagedKv {
     /// chunk by chunk, as make-room's plan gives it tokens.
     pub fn admit(&mut self, id: SeqId, tokens: &[u32]) -> Option<usize> {
         let hashes = compute_block_hashes(tokens, self.block_size, &[], &[]);
-        let mut manager = self.manager.blocking_lock();
+        let mut manager = lock_pool(&self.manager);
         // Empty when prefix caching is off.
         let computed = manager.get_computed_blocks(&hashes, tokens.len());
         manager.allocate_slots(id, computed.num_computed_tokens, &computed.block_ids)?;
@@ -92,10 +91,16 @@ impl PagedKv {
         self.manager().allocate_slots(id, len, &[]).is_some()
     }
 
+    /// Lets go of the blocks past `tokens` that a running sequence holds: room grown for a
+    /// step whose passes were dropped for a new plan.
+    pub fn trim(&mut self, id: SeqId, tokens: usize) {
+        self.manager().trim_request_to_num_tokens(id, tokens);
+    }
+
     /// Publishes a sequence's full blocks to the prefix cache once `tokens` are computed
     /// (no further than the blocks it holds: the pool would index past them).
     pub fn publish(&mut self, id: SeqId, tokens: &[u32]) {
-        let mut manager = self.manager.blocking_lock();
+        let mut manager = lock_pool(&self.manager);
         let held = manager.num_blocks_for_request(id) * self.block_size;
         let tokens = &tokens[..tokens.len().min(held)];
         let hashes = self.hashes.entry(id).or_default();
@@ -143,6 +148,21 @@ impl PagedKv {
     #[cfg(test)]
     pub fn blocks_of(&self, id: SeqId) -> usize {
         self.manager().num_blocks_for_request(id)
+    }
+}
+
+/// The pool's lock, taken from the engine's thread, which runs inside its async runtime
+/// (where tokio's `blocking_lock` panics): a spin on `try_lock`, as mistral.rs's own
+/// `get_mut_arcmutex!`. The engine takes this lock only on the same thread, between
+/// scheduling calls, so the spin ends at once.
+fn lock_pool(
+    manager: &tokio::sync::Mutex<KVCacheManager>,
+) -> tokio::sync::MutexGuard<'_, KVCacheManager> {
+    loop {
+        if let Ok(guard) = manager.try_lock() {
+            return guard;
+        }
+        std::thread::yield_now();
     }
 }
 

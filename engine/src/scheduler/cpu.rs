@@ -45,7 +45,7 @@ impl MakeRoomScheduler {
     }
 
     /// Tells the policy what the finished step did and which sequences stopped on their
-    /// own (end of sequence, cancel, or a reader gone: a waiting request whose client left
+    /// own (end of sequence, cancel, a failed pass, or a reader gone: a waiting request whose client left
     /// is never admitted), and lets go of every sequence the policy is done with: dropping
     /// a sequence closes its reply channel.
     fn finish_step(&mut self) {
@@ -53,7 +53,11 @@ impl MakeRoomScheduler {
             .running
             .iter()
             .chain(&self.waiting)
-            .filter(|seq| seq.is_finished_paged_attn() || seq.responder().is_closed())
+            .filter(|seq| {
+                seq.is_finished_paged_attn()
+                    || matches!(seq.getstate(), SequenceState::Error)
+                    || seq.responder().is_closed()
+            })
             .map(key)
             .collect();
         self.planner.finish_step(&stopped);

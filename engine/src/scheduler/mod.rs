@@ -2,8 +2,8 @@
 //! [`make_room::Scheduler`] over the engine's real sequences.
 //!
 //! The policy plans a step; the step becomes *passes*, the forward passes the engine can
-//! batch (prompt chunks in one pass start at the same token, are as long, and all end
-//! their prompts or none does; decodes of different KV lengths share a pass only where the
+//! batch (prompt chunks in one pass start at the same token, are as long, and all sample
+//! a token or none does; decodes of different KV lengths share a pass only where the
 //! model takes them, as patch 5 makes the GGUF llama model do on the CPU and paged
 //! attention does on a GPU, else each length is a pass of its own). The engine asks for
 //! work once per loop, and gets one pass at a time, most urgent first. When a step's
@@ -177,8 +177,8 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// Splits a step into the passes the engine can batch: by priority, most urgent first;
 /// within a priority decodes before prompt chunks (as stock runs them), and sequences
-/// grouped by chunk start, length and whether it ends the prompt (prompts) and, unless the model decodes unequal
-/// lengths together, by KV length (decodes). With `unequal_decodes_together` all the
+/// grouped by chunk start, length and whether it samples (prompts) and, unless the model
+/// decodes unequal lengths together, by KV length (decodes). With `unequal_decodes_together` all the
 /// step's decodes are one pass, at its most urgent decode's place: on a CPU a pass reads
 /// every weight once, whatever it decodes.
 fn passes(policy: &make_room::Scheduler, plan: &Plan, unequal_decodes_together: bool) -> Vec<Pass> {
@@ -202,13 +202,15 @@ fn passes(policy: &make_room::Scheduler, plan: &Plan, unequal_decodes_together: 
     for &(id, n) in &plan.prefill {
         let r = request(id);
         let (start, len) = (r.computed, n);
-        // A chunk that ends its prompt samples a token; one that does not samples nothing,
-        // which the engine decides for a whole pass.
-        let ends = |r: &Request, start: usize, len: usize| start + len >= r.target();
+        // A chunk that ends a prompt samples a token; one that does not, or one that
+        // recomputes a preempted reply's KV up to its last token, samples nothing, which
+        // the engine decides for a whole pass.
+        let samples =
+            |r: &Request, start: usize, len: usize| r.generated == 0 && start + len >= r.target();
         let found = keyed.iter_mut().find(|(p, _, pass)| {
             *p == r.priority
                 && matches!(pass, Pass::Prefill { ids, start: s, len: l }
-                    if *s == start && *l == len && ends(request(ids[0]), start, len) == ends(r, start, len))
+                    if *s == start && *l == len && samples(request(ids[0]), start, len) == samples(r, start, len))
         });
         match found {
             Some((_, _, Pass::Prefill { ids, .. })) => ids.push(id),

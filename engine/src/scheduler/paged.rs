@@ -3,8 +3,9 @@
 //! prompt chunks or all decodes; decodes of any lengths together).
 //!
 //! - **Budget**: at most the pool less one block of rounding for each sequence that may
-//!   hold blocks ([`budget_for_pool`]; retained turns counted as one per running
-//!   sequence), so a plan within it fits. Before each plan every waiting request is priced at what the
+//!   run ([`budget_for_pool`]; the policy counts a retained turn in whole blocks,
+//!   `kv_block_tokens`), so a plan within it fits. Blocks grown for passes a new plan
+//!   dropped are trimmed back before the next plan. Before each plan every waiting request is priced at what the
 //!   prefix cache holds of it then, a retained turn of its call included.
 //! - **Admission** takes the blocks the prefix cache holds for the sequence's tokens,
 //!   before any block of the step is allocated, so it finds what it was priced at. (One
@@ -42,6 +43,8 @@ pub(crate) trait PagedSeq {
     fn tokens(&self) -> Vec<u32>;
     /// Finished on its own (end of sequence, a limit, an error) or its reader is gone.
     fn stopped(&self) -> bool;
+    /// Its last pass failed: the KV that pass was to write is not to be trusted.
+    fn failed(&self) -> bool;
     /// Waiting for (re)admission, holding no blocks.
     fn set_waiting(&self);
     /// The next pass computes prompt tokens `start..end` over the KV of `..start`.
@@ -86,10 +89,11 @@ impl<S: PagedSeq> PagedSteps<S> {
         manager: Arc<tokio::sync::Mutex<KVCacheManager>>,
     ) -> Self {
         let kv = PagedKv::new(manager);
-        let holders = 2 * config.max_running.max(1);
-        let pool = budget_for_pool(kv.capacity_tokens(), kv.block_size(), holders);
+        // Retained turns are counted in whole blocks by the policy itself.
+        let pool = budget_for_pool(kv.capacity_tokens(), kv.block_size(), config.max_running);
         let config = PolicyConfig {
             kv_budget_tokens: config.kv_budget_tokens.min(pool),
+            kv_block_tokens: kv.block_size(),
             ..config
         };
         let mut planner = Planner::new(config, handle);
@@ -229,7 +233,12 @@ impl<S: PagedSeq> PagedSteps<S> {
         let retained: Vec<(u64, u64)> = self.planner.policy().retained_turns().collect();
         for seq in done {
             let id = seq.id();
-            let written = self.written.remove(&id).unwrap_or(0);
+            // A failed pass publishes nothing: what it wrote is unknown.
+            let written = match seq.failed() {
+                true => 0,
+                false => self.written.remove(&id).unwrap_or(0),
+            };
+            self.written.remove(&id);
             let tokens = seq.tokens();
             let tokens = &tokens[..written.min(tokens.len())];
             match retained.iter().find(|(_, request)| *request == key(id)) {
@@ -260,6 +269,11 @@ impl<S: PagedSeq> PagedSteps<S> {
     /// Plans the next step: preempts, admits and grows blocks as it says, drops the work
     /// the pool cannot do, and queues the rest's passes.
     fn plan_step(&mut self) {
+        // Room grown for passes a new plan dropped (a more urgent arrival) goes back.
+        for seq in &self.running {
+            let written = self.written.get(&seq.id()).copied().unwrap_or(0);
+            self.kv.trim(seq.id(), written);
+        }
         for seq in &self.waiting {
             let cached = self.kv.cached_tokens(&seq.tokens());
             self.planner.set_cached(key(seq.id()), cached);
@@ -339,7 +353,13 @@ impl PagedSeq for EngineSeq {
 
     fn stopped(&self) -> bool {
         let seq = lock(&self.0);
-        seq.is_finished_paged_attn() || seq.responder().is_closed()
+        seq.is_finished_paged_attn()
+            || matches!(seq.getstate(), SequenceState::Error)
+            || seq.responder().is_closed()
+    }
+
+    fn failed(&self) -> bool {
+        matches!(lock(&self.0).getstate(), SequenceState::Error)
     }
 
     fn set_waiting(&self) {

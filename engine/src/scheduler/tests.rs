@@ -134,3 +134,17 @@ fn a_chunk_that_ends_its_prompt_never_shares_a_pass_with_one_that_does_not() {
         ]
     );
 }
+
+#[test]
+fn a_preempted_replys_recompute_never_shares_a_pass_with_a_prompt_that_samples() {
+    // A reply preempted by recompute after 3 tokens (its KV to redo: 40 + 2) and a fresh
+    // 42-token prompt: equal chunks, but only the fresh one samples.
+    let mut policy = make_room::Scheduler::new(PolicyConfig::default());
+    let mut resumed = Request::new(1, 1, None, 40, 64);
+    resumed.generated = 3;
+    policy.add(resumed, 0).unwrap();
+    policy.add(Request::new(2, 1, None, 42, 64), 0).unwrap();
+    let plan = policy.schedule(0);
+    assert_eq!(plan.prefill, vec![(1, 42), (2, 42)]);
+    assert_eq!(passes(&policy, &plan, true).len(), 2, "{plan:?}");
+}

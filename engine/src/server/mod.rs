@@ -264,7 +264,7 @@ async fn serve_chat(
                     ending.finished(finish.prompt_tokens, finish.completion_tokens);
                     let mut message = json!({"role": "assistant", "content": text});
                     if !calls.is_empty() {
-                        message["tool_calls"] = openai::tool_calls(&calls);
+                        message["tool_calls"] = openai::tool_calls(&calls, false);
                         if text.is_empty() {
                             message["content"] = serde_json::Value::Null;
                         }
@@ -331,7 +331,7 @@ async fn serve_chat(
                     openai::chunk(&id, created, &model, delta, None).to_string()
                 }
                 StreamEvent::ToolCalls(calls) => {
-                    let mut delta = json!({"tool_calls": openai::tool_calls(&calls)});
+                    let mut delta = json!({"tool_calls": openai::tool_calls(&calls, true)});
                     if !role_sent {
                         role_sent = true;
                         delta["role"] = json!("assistant");

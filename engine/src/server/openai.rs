@@ -462,14 +462,19 @@ fn tools(
     Ok((checked, choice))
 }
 
-/// Tool calls as OpenAI's messages and deltas carry them.
-pub fn tool_calls(calls: &[ToolCall]) -> Value {
+/// Tool calls as OpenAI's messages carry them, and its stream's deltas (`indexed`: each
+/// with its place in the list).
+pub fn tool_calls(calls: &[ToolCall], indexed: bool) -> Value {
     calls
         .iter()
         .enumerate()
         .map(|(index, call)| {
-            json!({"index": index, "id": call.id, "type": "function",
-                   "function": {"name": call.name, "arguments": call.arguments}})
+            let mut call = json!({"id": call.id, "type": "function",
+                   "function": {"name": call.name, "arguments": call.arguments}});
+            if indexed {
+                call["index"] = json!(index);
+            }
+            call
         })
         .collect()
 }

@@ -70,6 +70,9 @@ impl PagedSeq for FakeSeq {
         let f = self.0.borrow();
         f.state == State::Done || f.gone
     }
+    fn failed(&self) -> bool {
+        false
+    }
     fn set_waiting(&self) {
         self.0.borrow_mut().state = State::Waiting;
     }
