@@ -145,7 +145,10 @@ impl Model {
 
     /// Reads the KV of `..start` and writes `start..end`, as a pass's attention does.
     fn compute(&mut self, f: &Fake, start: usize, end: usize) {
-        let manager = self.manager.blocking_lock();
+        let manager = self
+            .manager
+            .try_lock()
+            .expect("no one holds the pool between passes");
         let table = manager.get_block_ids(f.id).unwrap_or_default();
         assert!(
             table.len() * BLOCK >= end,
@@ -448,4 +451,21 @@ fn after_an_engine_panic_nothing_is_held_and_the_next_request_runs() {
     steps.add(seq.clone(), 1, None, Some(6)).unwrap();
     run_all(&mut steps, &mut model);
     assert!(seq.0.borrow().tokens == expected(&next, 6));
+}
+
+/// mistral.rs calls its scheduler from inside the engine thread's async runtime, where a
+/// blocking lock panics.
+#[test]
+fn the_adapter_runs_inside_the_engines_runtime() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let (mut steps, mut model) = adapter(40, Switches::all());
+        let turn = Request::new(1, 0, Some(7), 100, 4);
+        let seq = fake(&turn);
+        steps.add(seq.clone(), 0, Some(7), Some(4)).unwrap();
+        run_all(&mut steps, &mut model);
+        assert!(seq.0.borrow().tokens == expected(&turn, 4));
+    });
 }
