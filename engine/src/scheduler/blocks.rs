@@ -167,9 +167,10 @@ fn lock_pool(
 }
 
 /// make-room's KV budget over a pool of `pool_tokens` in blocks of `block_size`: the pool
-/// less one block of rounding for each sequence that may hold blocks (`holders`: the most
-/// running at once, and retained turns). A plan within this budget always fits the pool:
-/// a sequence of `t` tokens holds at most `t + block_size - 1` tokens' worth of blocks.
+/// less one block of rounding for each sequence that may hold part of a block (`holders`:
+/// the most running at once; the policy counts retained turns in whole blocks). A plan
+/// within this budget always fits the pool: a sequence of `t` tokens holds at most
+/// `t + block_size - 1` tokens' worth of blocks.
 pub(crate) fn budget_for_pool(pool_tokens: usize, block_size: usize, holders: usize) -> usize {
     pool_tokens.saturating_sub(holders * (block_size - 1))
 }
