@@ -30,7 +30,7 @@ step() { # step NAME COMMAND...: run, log, and record ok or FAILED
 }
 
 {
-    echo "# $(date -u +%FT%TZ) at $(git rev-parse --short HEAD 2>/dev/null || cat gpu/bin/COMMIT 2>/dev/null)"
+    echo "# $(date -u +%FT%TZ) at $(git rev-parse --short HEAD 2>/dev/null || echo "an unknown commit"); gpu/bin built at $(cat gpu/bin/COMMIT 2>/dev/null || echo "?")"
     nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version,compute_cap --format=csv
     nvcc --version | tail -2
 } > "$OUT/system.txt" 2>&1
