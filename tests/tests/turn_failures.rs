@@ -120,7 +120,13 @@ fn three_turn_call(agent: &VoiceAgent) -> CallOutcome {
 #[test]
 fn a_monologue_is_answered_at_the_turn_cap_and_its_rest_as_the_next_turn() {
     let cache = ModelCache::from_env();
-    let agent = VoiceAgent::load(cache.clone(), AgentConfig::default()).unwrap();
+    // The capped turn's 30 s take Whisper seconds to transcribe beside this binary's other
+    // tests on two cores; the reply deadline is not what this test is about.
+    let config = AgentConfig {
+        reply_deadline_s: Some(30.0),
+        ..AgentConfig::default()
+    };
+    let agent = VoiceAgent::load(cache.clone(), config).unwrap();
     let (call, speech_s) = monologue(&cache, 40.0);
     let outcome = agent
         .answer_recording(&call, Pacing::Fast, SPEECH_RATE, &mut Quiet)
