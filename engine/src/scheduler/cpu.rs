@@ -17,7 +17,7 @@ use mistralrs_core::{
 };
 
 use super::planner::Planner;
-use super::{request_of, MakeRoomHandle, Pass, ENGINE_FAULT};
+use super::{request_of, stopped, MakeRoomHandle, Pass, ENGINE_FAULT};
 use crate::make_room::PolicyConfig;
 
 pub struct MakeRoomScheduler {
@@ -53,11 +53,7 @@ impl MakeRoomScheduler {
             .running
             .iter()
             .chain(&self.waiting)
-            .filter(|seq| {
-                seq.is_finished_paged_attn()
-                    || matches!(seq.getstate(), SequenceState::Error)
-                    || seq.responder().is_closed()
-            })
+            .filter(|seq| stopped(seq))
             .map(key)
             .collect();
         self.planner.finish_step(&stopped);

@@ -171,6 +171,14 @@ fn request_of(
     )
 }
 
+/// Whether a sequence is done with, on either path: finished on its own (end of
+/// sequence, a limit), its pass failed, or its reader is gone.
+fn stopped(seq: &mistralrs_core::Sequence) -> bool {
+    seq.is_finished_paged_attn()
+        || matches!(seq.getstate(), mistralrs_core::SequenceState::Error)
+        || seq.responder().is_closed()
+}
+
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
 }

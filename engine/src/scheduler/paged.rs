@@ -33,7 +33,7 @@ use mistralrs_core::{
 
 use super::blocks::{budget_for_pool, PagedKv, SeqId};
 use super::planner::Planner;
-use super::{lock, request_of, MakeRoomHandle, Pass, ENGINE_FAULT};
+use super::{lock, request_of, stopped, MakeRoomHandle, Pass, ENGINE_FAULT};
 use crate::make_room::{Plan, PolicyConfig, Refused};
 
 /// What the adapter needs of a sequence: the engine's, behind its lock, or a test's.
@@ -41,6 +41,8 @@ pub(crate) trait PagedSeq {
     fn id(&self) -> SeqId;
     /// Every token: its prompt and what it generated.
     fn tokens(&self) -> Vec<u32>;
+    /// How many tokens it holds (without copying them).
+    fn len(&self) -> usize;
     /// Finished on its own (end of sequence, a limit, an error) or its reader is gone.
     fn stopped(&self) -> bool;
     /// Its last pass failed: the KV that pass was to write is not to be trusted.
@@ -172,7 +174,7 @@ impl<S: PagedSeq> PagedSteps<S> {
                     if !seq.stopped() {
                         seq.set_decoding();
                         // It computes its last token's KV and samples the next.
-                        self.written.insert(seq.id(), seq.tokens().len());
+                        self.written.insert(seq.id(), seq.len());
                         chosen.push(seq.clone());
                     }
                 }
@@ -351,11 +353,12 @@ impl PagedSeq for EngineSeq {
         lock(&self.0).get_toks().to_vec()
     }
 
+    fn len(&self) -> usize {
+        lock(&self.0).get_toks().len()
+    }
+
     fn stopped(&self) -> bool {
-        let seq = lock(&self.0);
-        seq.is_finished_paged_attn()
-            || matches!(seq.getstate(), SequenceState::Error)
-            || seq.responder().is_closed()
+        stopped(&lock(&self.0))
     }
 
     fn failed(&self) -> bool {

@@ -121,16 +121,14 @@ impl Planner {
         Ok(admitted.withdrawn_hints)
     }
 
-    /// Tells the policy what the step ran and which requests stopped on their own; returns
-    /// those that finished (the adapter lets go of every request the policy no longer
-    /// knows).
-    pub fn finish_step(&mut self, stopped: &[u64]) -> Vec<u64> {
+    /// Tells the policy what the step ran and which requests stopped on their own (the
+    /// adapter then lets go of every request the policy no longer knows).
+    pub fn finish_step(&mut self, stopped: &[u64]) {
         let executed = std::mem::take(&mut self.executed);
         let finished = self.policy.finish_step(&executed, self.now_ms(), stopped);
         if !finished.is_empty() {
             self.trace(format_args!("finished {finished:?}"));
         }
-        finished
     }
 
     /// The policy's plan for the next step.

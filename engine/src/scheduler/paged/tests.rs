@@ -66,6 +66,9 @@ impl PagedSeq for FakeSeq {
     fn tokens(&self) -> Vec<u32> {
         self.0.borrow().tokens.clone()
     }
+    fn len(&self) -> usize {
+        self.0.borrow().tokens.len()
+    }
     fn stopped(&self) -> bool {
         let f = self.0.borrow();
         f.state == State::Done || f.gone
