@@ -107,11 +107,13 @@ fn sized_prompt(engine: &Engine, tokens: usize) -> Result<Prompt> {
             ),
         ]
     };
-    let base = engine.prompt_tokens(&build(0))?;
-    let per_repeat = engine.prompt_tokens(&build(1))? - base;
+    let count =
+        |messages: Vec<Message>| engine.prompt_tokens(&sublet_engine::Prompt::Chat(messages));
+    let base = count(build(0))?;
+    let per_repeat = count(build(1))? - base;
     let repeats = tokens.saturating_sub(base).div_ceil(per_repeat.max(1));
     let messages = build(repeats);
-    let tokens = engine.prompt_tokens(&messages)?;
+    let tokens = count(messages.clone())?;
     Ok(Prompt { messages, tokens })
 }
 

@@ -254,6 +254,39 @@ fn check_served(port: u16) -> String {
     assert_eq!(seen["tool_result_without_id"]["status"], 400);
     assert_eq!(seen["tool_result_without_id"]["param"], "messages");
 
+    // The legacy completions API: the same continuation whole and streamed, counted.
+    let text = &seen["text_whole"];
+    assert_eq!(text["object"], "text_completion", "{text}");
+    assert!(
+        text["text"].as_str().is_some_and(|t| !t.trim().is_empty()),
+        "{text}"
+    );
+    assert!(text["prompt_tokens"].as_u64().unwrap() >= 4, "{text}");
+    assert!(text["completion_tokens"].as_u64().unwrap() <= 8, "{text}");
+    let text_stream = &seen["text_stream"];
+    assert_eq!(text_stream["text"], text["text"], "{text_stream}");
+    assert!(text_stream["pieces"].as_u64().unwrap() > 1, "{text_stream}");
+    assert_eq!(text_stream["completion_tokens"], text["completion_tokens"]);
+    assert_eq!(text_stream["finish_reason"], text["finish_reason"]);
+    assert_eq!(seen["text_echo"]["param"], "echo", "{}", seen["text_echo"]);
+    assert_eq!(
+        seen["text_oversized"]["code"], "context_length_exceeded",
+        "{}",
+        seen["text_oversized"]
+    );
+    assert_eq!(seen["text_oversized"]["param"], "prompt");
+    // Sampled at temperature 1: the seed decides the reply.
+    let seeded = &seen["seeded"];
+    assert_eq!(seeded["first"], seeded["again"], "{seeded}");
+    assert!(
+        seeded["others"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|other| other != &seeded["first"]),
+        "other seeds, other replies: {seeded}"
+    );
+
     assert_eq!(seen["malformed_json"]["status"], 400);
     assert_eq!(
         seen["malformed_json"]["body"]["error"]["type"],
@@ -277,7 +310,7 @@ fn check_served(port: u16) -> String {
     // The stream that asked for priority -1 ran at agent priority, beside the others.
     let metrics = seen["metrics"].as_str().unwrap();
     for line in [
-        "sublet_requests_finished_total{priority=\"1\"} 10",
+        "sublet_requests_finished_total{priority=\"1\"} 16",
         "sublet_requests_cancelled_total{priority=\"1\"} 2",
         "sublet_requests_in_flight{priority=\"1\"} 0",
         "sublet_requests_refused_total{status=\"401\"} 1",

@@ -77,15 +77,38 @@ pub enum ToolChoice {
     Function(String),
 }
 
-/// One chat completion to run.
+/// What the model continues.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Prompt {
+    /// A conversation, rendered through the model's chat template.
+    Chat(Vec<Message>),
+    /// Text continued as it stands, no template (OpenAI's legacy completions).
+    Text(String),
+}
+
+impl Prompt {
+    /// The prompt's texts: each message's content, or the one text.
+    pub fn texts(&self) -> impl Iterator<Item = &str> {
+        let (messages, text) = match self {
+            Prompt::Chat(messages) => (messages.as_slice(), None),
+            Prompt::Text(text) => (&[][..], Some(text.as_str())),
+        };
+        messages.iter().map(|m| m.content.as_str()).chain(text)
+    }
+}
+
+/// One completion to run: of a chat (the common case, hence the name) or of a text.
 #[derive(Debug, Clone)]
 pub struct ChatRequest {
-    pub messages: Vec<Message>,
+    pub prompt: Prompt,
     pub max_tokens: usize,
     /// `None` or 0 samples greedily.
     pub temperature: Option<f64>,
     /// Nucleus sampling, with a temperature.
     pub top_p: Option<f64>,
+    /// Samples from a generator of the request's own seeded with this, so the same request
+    /// samples the same reply (as far as the model's numbers are the same in every batch).
+    pub seed: Option<u64>,
     /// What keeps the reply from repeating itself (none by default).
     pub repetition: Repetition,
     /// Scheduling priority, lower is more urgent (vLLM's convention): [`VOICE_PRIORITY`]
@@ -136,13 +159,19 @@ pub const VOICE_PRIORITY: i32 = 0;
 pub const AGENT_PRIORITY: i32 = 1;
 
 impl ChatRequest {
-    /// A greedy request at agent priority.
+    /// A greedy chat request at agent priority.
     pub fn new(messages: Vec<Message>, max_tokens: usize) -> Self {
+        Self::of(Prompt::Chat(messages), max_tokens)
+    }
+
+    /// A greedy request at agent priority.
+    pub fn of(prompt: Prompt, max_tokens: usize) -> Self {
         Self {
-            messages,
+            prompt,
             max_tokens,
             temperature: None,
             top_p: None,
+            seed: None,
             repetition: Repetition::default(),
             priority: AGENT_PRIORITY,
             session: None,

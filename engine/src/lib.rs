@@ -27,7 +27,7 @@ use sublet_models::{MissingModel, ModelCache};
 
 use chat::{chat_messages, engine_tools};
 pub use chat::{
-    ChatRequest, Message, Repetition, ReplyFormat, Role, Tool, ToolCall, ToolChoice,
+    ChatRequest, Message, Prompt, Repetition, ReplyFormat, Role, Tool, ToolCall, ToolChoice,
     AGENT_PRIORITY, VOICE_PRIORITY,
 };
 pub use device::{Accelerator, KvPool, KV_BLOCK_TOKENS};
@@ -247,11 +247,14 @@ impl Engine {
         ))
     }
 
-    /// How many tokens `messages` take as a prompt (the chat template applied).
-    pub fn prompt_tokens(&self, messages: &[Message]) -> Result<usize, EngineError> {
+    /// How many tokens `prompt` takes (a chat's with the chat template applied).
+    pub fn prompt_tokens(&self, prompt: &Prompt) -> Result<usize, EngineError> {
         let (tx, mut rx) = tokio::sync::mpsc::channel(1);
         let request = Request::Tokenize(mistralrs_core::TokenizationRequest {
-            text: Either::Left(chat_messages(messages)),
+            text: match prompt {
+                Prompt::Chat(messages) => Either::Left(chat_messages(messages)),
+                Prompt::Text(text) => Either::Right(text.clone()),
+            },
             tools: None,
             add_generation_prompt: true,
             add_special_tokens: true,
@@ -298,10 +301,22 @@ impl Engine {
         NormalRequest,
         tokio::sync::mpsc::Receiver<mistralrs_core::Response>,
     ) {
-        let messages = chat_messages(&request.messages);
+        let messages = match request.prompt {
+            Prompt::Chat(messages) => RequestMessage::Chat {
+                messages: chat_messages(&messages),
+                enable_thinking: None,
+                reasoning_effort: None,
+            },
+            Prompt::Text(text) => RequestMessage::Completion {
+                text,
+                echo_prompt: false,
+                best_of: None,
+            },
+        };
         let (tools, tool_choice) = engine_tools(&request.tools, &request.tool_choice);
         let mut sampling = SamplingParams::deterministic();
         sampling.max_len = Some(request.max_tokens);
+        sampling.seed = request.seed;
         if !request.stop.is_empty() {
             sampling.stop_toks = Some(StopTokens::Seqs(request.stop.clone()));
         }
@@ -326,11 +341,7 @@ impl Engine {
         let (tx, rx) = tokio::sync::mpsc::channel(64);
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let normal = NormalRequest {
-            messages: RequestMessage::Chat {
-                messages,
-                enable_thinking: None,
-                reasoning_effort: None,
-            },
+            messages,
             sampling_params: sampling,
             response: tx,
             return_logprobs: false,

@@ -359,7 +359,7 @@ pub fn run(
         alone.push(voice_turn(&engine, &none)?);
         wait_idle(&engine)?;
     }
-    let voice_prompt = engine.prompt_tokens(&voice_request().messages)?;
+    let voice_prompt = engine.prompt_tokens(&voice_request().prompt)?;
     alone.sort_by(|a, b| a.first_token_ms.total_cmp(&b.first_token_ms));
     let alone = alone.swap_remove(1);
     progress(&format!(
@@ -370,11 +370,11 @@ pub fn run(
     // The KV-full agent's prompt leaves a little more room than the voice prompt needs.
     let target = options.kv_budget_tokens.saturating_sub(voice_prompt + 16);
     let sample_words = 200;
-    let sample = engine.prompt_tokens(&agent_request(sample_words, 1).messages)?;
+    let sample = engine.prompt_tokens(&agent_request(sample_words, 1).prompt)?;
     let words = target * sample_words / sample.max(1);
     let long_agent = (
         words,
-        engine.prompt_tokens(&agent_request(words, 1).messages)?,
+        engine.prompt_tokens(&agent_request(words, 1).prompt)?,
     );
     if long_agent.1 + voice_prompt >= options.kv_budget_tokens {
         bail!("the KV budget is too small for the probe: {long_agent:?} tokens");

@@ -295,6 +295,15 @@ fn tool_calls(calls: Vec<mistralrs_core::ToolCallResponse>) -> Vec<ToolCall> {
         .collect()
 }
 
+/// The finish a streamed reply's last chunk tells.
+fn last_chunk_finish(reason: &str, usage: Option<&mistralrs_core::Usage>) -> StreamEvent {
+    StreamEvent::Done(Finish {
+        reason: FinishReason::from_engine(reason),
+        prompt_tokens: usage.map_or(0, |u| u.prompt_tokens),
+        completion_tokens: usage.map_or(0, |u| u.completion_tokens),
+    })
+}
+
 /// The events one engine response carries, and whether it is the last.
 fn translate(response: Response) -> (Vec<Result<StreamEvent, EngineError>>, bool) {
     match response {
@@ -314,12 +323,7 @@ fn translate(response: Response) -> (Vec<Result<StreamEvent, EngineError>>, bool
             }
             let last = finish.is_some();
             if let Some(reason) = finish {
-                let usage = chunk.usage.as_ref();
-                events.push(Ok(StreamEvent::Done(Finish {
-                    reason: FinishReason::from_engine(&reason),
-                    prompt_tokens: usage.map_or(0, |u| u.prompt_tokens),
-                    completion_tokens: usage.map_or(0, |u| u.completion_tokens),
-                })));
+                events.push(Ok(last_chunk_finish(&reason, chunk.usage.as_ref())));
             }
             (events, last)
         }
@@ -343,6 +347,36 @@ fn translate(response: Response) -> (Vec<Result<StreamEvent, EngineError>>, bool
                 events.push(Ok(StreamEvent::ToolCalls(tool_calls(calls))));
             }
             events.push(Ok(StreamEvent::Done(finish)));
+            (events, true)
+        }
+        Response::CompletionChunk(chunk) => {
+            let mut events = Vec::new();
+            let mut finish = None;
+            for choice in chunk.choices {
+                if !choice.text.is_empty() {
+                    events.push(Ok(StreamEvent::Text(choice.text)));
+                }
+                finish = choice.finish_reason.or(finish);
+            }
+            let last = finish.is_some();
+            if let Some(reason) = finish {
+                events.push(Ok(last_chunk_finish(&reason, chunk.usage.as_ref())));
+            }
+            (events, last)
+        }
+        Response::CompletionDone(done) => {
+            let choice = done.choices.into_iter().next();
+            let mut events = Vec::new();
+            if let Some(text) = choice.as_ref().map(|c| &c.text).filter(|t| !t.is_empty()) {
+                events.push(Ok(StreamEvent::Text(text.clone())));
+            }
+            events.push(Ok(StreamEvent::Done(Finish {
+                reason: choice.map_or(FinishReason::Stop, |c| {
+                    FinishReason::from_engine(&c.finish_reason)
+                }),
+                prompt_tokens: done.usage.prompt_tokens,
+                completion_tokens: done.usage.completion_tokens,
+            })));
             (events, true)
         }
         Response::ModelError(message, _) | Response::CompletionModelError(message, _) => {

@@ -190,6 +190,37 @@ out["tool_result_without_id"] = refusal(
     )
 )
 
+# A text continued as it stands (the legacy completions API), whole and streamed.
+text_prompt = "The capital of France is"
+text_whole = client.completions.create(model="any", prompt=text_prompt, max_tokens=8)
+out["text_whole"] = {
+    "object": text_whole.object,
+    "text": text_whole.choices[0].text,
+    "finish_reason": text_whole.choices[0].finish_reason,
+    "prompt_tokens": text_whole.usage.prompt_tokens,
+    "completion_tokens": text_whole.usage.completion_tokens,
+}
+text_pieces, finish, usage = [], None, None
+for chunk in client.completions.create(
+    model="any", prompt=text_prompt, max_tokens=8, stream=True, stream_options={"include_usage": True}
+):
+    if chunk.usage is not None:
+        usage = chunk.usage.completion_tokens
+    for choice in chunk.choices:
+        text_pieces.append(choice.text)
+        if choice.finish_reason:
+            finish = choice.finish_reason
+out["text_stream"] = {"text": "".join(text_pieces), "pieces": len(text_pieces), "finish_reason": finish, "completion_tokens": usage}
+out["text_echo"] = refusal(lambda: client.completions.create(model="any", prompt=text_prompt, max_tokens=4, echo=True))
+out["text_oversized"] = refusal(lambda: client.completions.create(model="any", prompt="word " * 20000, max_tokens=4))
+
+# Sampled replies: the same seed gives the same reply, other seeds others.
+poem = [{"role": "user", "content": "Write a short poem about the sea."}]
+def sampled(seed):
+    reply = client.chat.completions.create(model="any", messages=poem, max_tokens=24, temperature=1.0, seed=seed)
+    return reply.choices[0].message.content
+out["seeded"] = {"first": sampled(7), "again": sampled(7), "others": [sampled(8), sampled(9)]}
+
 after = client.chat.completions.create(model="any", messages=question, max_tokens=8)
 out["after_errors"] = after.choices[0].message.content
 

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use sublet_engine::make_room::PolicyConfig;
 use sublet_engine::probe::{self, ProbeOptions};
-use sublet_engine::{ChatRequest, Engine, EngineConfig, Message, Role};
+use sublet_engine::{ChatRequest, Engine, EngineConfig, Message, Prompt, Role};
 use sublet_models::ModelCache;
 
 #[test]
@@ -132,7 +132,10 @@ fn a_request_dropped_while_it_waits_computes_nothing() {
     let dropped_prompt =
         "Name five rivers of Europe and the seas they flow into, with one fact about each.";
     let dropped_tokens = engine
-        .prompt_tokens(&[Message::new(Role::User, dropped_prompt)])
+        .prompt_tokens(&Prompt::Chat(vec![Message::new(
+            Role::User,
+            dropped_prompt,
+        )]))
         .unwrap();
     let before = engine.scheduler_state();
     let mut running = ask("Tell me a long story about a lighthouse keeper.", 48);

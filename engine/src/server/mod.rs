@@ -1,7 +1,8 @@
 //! The agents' door: an OpenAI-compatible HTTP API on the shared engine.
 //!
 //! `POST /v1/chat/completions` (streamed as server-sent events or whole; with `tools`, the
-//! model's calls come back as OpenAI's `tool_calls`), `GET /v1/models`,
+//! model's calls come back as OpenAI's `tool_calls`), `POST /v1/completions` (a text
+//! continued as it stands), `GET /v1/models`,
 //! `GET /health`, `GET /metrics` (Prometheus text). A request may carry `priority` (lower is
 //! more urgent, as in vLLM) within the operator's range ([`Limits::priorities`]); without
 //! one it runs at [`AGENT_PRIORITY`](crate::AGENT_PRIORITY).
@@ -37,7 +38,7 @@ use crate::{Engine, EngineError, StreamEvent};
 pub use connections::{serve, ConnectionLimits};
 pub use metrics::Metrics;
 pub use openai::Limits;
-use openai::{ApiError, ChatCompletionBody};
+use openai::{Answer, Api, ApiError, Parsed};
 
 /// How the server behaves.
 #[derive(Debug, Clone)]
@@ -83,6 +84,7 @@ pub fn router(engine: Arc<Engine>, config: ServerConfig, metrics: Arc<Metrics>) 
     });
     Router::new()
         .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/completions", post(text_completions))
         .route("/v1/models", get(models))
         .route("/health", get(|| async { "ok" }))
         .route("/metrics", get(metrics_text))
@@ -189,7 +191,19 @@ async fn chat_completions(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    match serve_chat(&state, &headers, body).await {
+    answer(Api::Chat, &state, &headers, body).await
+}
+
+async fn text_completions(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    answer(Api::Text, &state, &headers, body).await
+}
+
+async fn answer(api: Api, state: &Arc<AppState>, headers: &HeaderMap, body: Body) -> Response {
+    match serve_request(api, state, headers, body).await {
         Ok(response) => response,
         Err(error) => {
             state.metrics.refused(error.status);
@@ -198,7 +212,8 @@ async fn chat_completions(
     }
 }
 
-async fn serve_chat(
+async fn serve_request(
+    api: Api,
     state: &Arc<AppState>,
     headers: &HeaderMap,
     body: Body,
@@ -213,20 +228,25 @@ async fn serve_chat(
             ))
         })?;
     let body = read_body(&state.config, body).await?;
-    let parsed: Result<ChatCompletionBody, _> = serde_json::from_slice(&body);
+    let parsed = api.parse(&body, &state.config.limits);
     // Only the parsed request lives on while it is answered.
     drop(body);
-    let parsed =
-        parsed.map_err(|e| ApiError::invalid(None, format!("malformed JSON body: {e}")))?;
-    let stream_requested = parsed.stream;
-    let (request, include_usage) = parsed.into_request(&state.config.limits)?;
+    let Parsed {
+        request,
+        stream,
+        include_usage,
+    } = parsed?;
     if let (Some(counter), Some(max_len)) = (
         state.engine.token_counter(),
         state.engine.max_sequence_length(),
     ) {
-        prompt_length::check(counter, max_len, &request.messages).await?;
+        prompt_length::check(counter, max_len, &request.prompt).await?;
     }
     let priority = request.priority;
+    let prompt_param = match api {
+        Api::Chat => "messages",
+        Api::Text => "prompt",
+    };
     let mut reply = state
         .engine
         .chat_async(request)
@@ -237,22 +257,25 @@ async fn serve_chat(
     let first = match reply.next().await {
         Some(Ok(event)) => event,
         Some(Err(EngineError::InvalidRequest(message))) => {
-            return Err(ApiError::invalid(Some("messages"), message))
+            return Err(ApiError::invalid(Some(prompt_param), message))
         }
         Some(Err(e)) => return Err(ApiError::server(e.to_string())),
         None => return Err(ApiError::server("the engine ended the request")),
     };
-    let id = format!("chatcmpl-{}", state.metrics.started(priority));
+    let mut answer = Answer::new(
+        api,
+        state.metrics.started(priority),
+        now_s(),
+        state.engine.model_name().to_string(),
+    );
     let mut ending = Ending {
         metrics: state.metrics.clone(),
         priority,
         ended: false,
         _permit: permit,
     };
-    let model = state.engine.model_name().to_string();
-    let created = now_s();
 
-    if !stream_requested {
+    if !stream {
         let mut text = String::new();
         let mut calls = Vec::new();
         let mut event: Option<Result<StreamEvent, EngineError>> = Some(Ok(first));
@@ -262,19 +285,7 @@ async fn serve_chat(
                 Some(Ok(StreamEvent::ToolCalls(c))) => calls.extend(c),
                 Some(Ok(StreamEvent::Done(finish))) => {
                     ending.finished(finish.prompt_tokens, finish.completion_tokens);
-                    let mut message = json!({"role": "assistant", "content": text});
-                    if !calls.is_empty() {
-                        message["tool_calls"] = openai::tool_calls(&calls, false);
-                        if text.is_empty() {
-                            message["content"] = serde_json::Value::Null;
-                        }
-                    }
-                    return Ok(Json(json!({
-                        "id": id, "object": "chat.completion", "created": created, "model": model,
-                        "choices": [{"index": 0, "message": message, "finish_reason": finish.reason.as_str()}],
-                        "usage": openai::usage(finish.prompt_tokens, finish.completion_tokens),
-                    }))
-                    .into_response());
+                    return Ok(Json(answer.whole(text, &calls, &finish)).into_response());
                 }
                 Some(Err(e)) => {
                     ending.failed();
@@ -292,69 +303,41 @@ async fn serve_chat(
     // Streamed: one event per piece of text, the finish, optionally usage, then [DONE].
     // The client going away drops this stream, and with it the request in the engine.
     let mut pending = Some(first);
-    let mut role_sent = false;
     let mut done = false;
     let events = futures::stream::poll_fn(
         move |cx| -> std::task::Poll<Option<Result<Event, Infallible>>> {
             use std::task::Poll;
-            if done {
-                return Poll::Ready(None);
-            }
-            let event = match pending.take() {
-                Some(e) => e,
-                None => match reply.poll_next(cx) {
-                    Poll::Pending => return Poll::Pending,
-                    Poll::Ready(Some(Ok(e))) => e,
-                    Poll::Ready(Some(Err(e))) => {
-                        ending.failed();
-                        done = true;
-                        let body = ApiError::server(e.to_string()).body();
-                        return Poll::Ready(Some(Ok(Event::default().data(body.to_string()))));
-                    }
-                    Poll::Ready(None) => {
-                        if !ending.ended {
+            loop {
+                if done {
+                    return Poll::Ready(None);
+                }
+                let event = match pending.take() {
+                    Some(e) => e,
+                    None => match reply.poll_next(cx) {
+                        Poll::Pending => return Poll::Pending,
+                        Poll::Ready(Some(Ok(e))) => e,
+                        Poll::Ready(Some(Err(e))) => {
                             ending.failed();
+                            done = true;
+                            let body = ApiError::server(e.to_string()).body();
+                            return Poll::Ready(Some(Ok(Event::default().data(body.to_string()))));
                         }
-                        done = true;
-                        return Poll::Ready(Some(Ok(Event::default().data("[DONE]"))));
-                    }
-                },
-            };
-            let data = match event {
-                StreamEvent::Text(text) => {
-                    let delta = if role_sent {
-                        json!({"content": text})
-                    } else {
-                        role_sent = true;
-                        json!({"role": "assistant", "content": text})
-                    };
-                    openai::chunk(&id, created, &model, delta, None).to_string()
-                }
-                StreamEvent::ToolCalls(calls) => {
-                    let mut delta = json!({"tool_calls": openai::tool_calls(&calls, true)});
-                    if !role_sent {
-                        role_sent = true;
-                        delta["role"] = json!("assistant");
-                    }
-                    openai::chunk(&id, created, &model, delta, None).to_string()
-                }
-                StreamEvent::Done(finish) => {
+                        Poll::Ready(None) => {
+                            if !ending.ended {
+                                ending.failed();
+                            }
+                            done = true;
+                            return Poll::Ready(Some(Ok(Event::default().data("[DONE]"))));
+                        }
+                    },
+                };
+                if let StreamEvent::Done(finish) = &event {
                     ending.finished(finish.prompt_tokens, finish.completion_tokens);
-                    let mut last = openai::chunk(
-                        &id,
-                        created,
-                        &model,
-                        json!({}),
-                        Some(finish.reason.as_str()),
-                    );
-                    if include_usage {
-                        last["usage"] =
-                            openai::usage(finish.prompt_tokens, finish.completion_tokens);
-                    }
-                    last.to_string()
                 }
-            };
-            Poll::Ready(Some(Ok(Event::default().data(data))))
+                if let Some(chunk) = answer.piece(event, include_usage) {
+                    return Poll::Ready(Some(Ok(Event::default().data(chunk.to_string()))));
+                }
+            }
         },
     );
     Ok(Sse::new(events)

@@ -1,16 +1,33 @@
 //! What the wire format takes and refuses.
 
 use super::*;
+use crate::{FinishReason, Message, Role, ToolChoice};
 
-fn parse(body: Value) -> Result<(ChatRequest, bool), ApiError> {
-    let limits = Limits {
+fn limits() -> Limits {
+    Limits {
         max_tokens: 512,
         default_max_tokens: 128,
         ..Limits::default()
-    };
-    serde_json::from_value::<ChatCompletionBody>(body)
-        .unwrap()
-        .into_request(&limits)
+    }
+}
+
+fn parse(body: Value) -> Result<(ChatRequest, bool), ApiError> {
+    Api::Chat
+        .parse(body.to_string().as_bytes(), &limits())
+        .map(|p| (p.request, p.include_usage))
+}
+
+fn parse_text(body: Value) -> Result<ChatRequest, ApiError> {
+    Api::Text
+        .parse(body.to_string().as_bytes(), &limits())
+        .map(|p| p.request)
+}
+
+fn messages(request: &ChatRequest) -> &[Message] {
+    match &request.prompt {
+        Prompt::Chat(messages) => messages,
+        Prompt::Text(text) => panic!("a text prompt, {text:?}"),
+    }
 }
 
 #[test]
@@ -25,7 +42,7 @@ fn accepts_what_openai_clients_send() {
     assert!(usage);
     assert_eq!(req.priority, 5);
     assert_eq!(req.max_tokens, 128);
-    assert_eq!(req.messages[1], Message::new(Role::User, "hi"));
+    assert_eq!(messages(&req)[1], Message::new(Role::User, "hi"));
     let stop = |s: Value| {
         parse(json!({"messages": [{"role": "user", "content": "x"}], "stop": s}))
             .map(|(r, _)| r.stop)
@@ -70,7 +87,7 @@ fn takes_a_tool_loop_as_coding_agents_send_it() {
         .contains_key("properties"));
     assert_eq!(req.tool_choice, ToolChoice::Function("read_file".into()));
     assert_eq!(
-        req.messages[1].tool_calls,
+        messages(&req)[1].tool_calls,
         [ToolCall {
             id: "call_1".into(),
             name: "read_file".into(),
@@ -79,8 +96,8 @@ fn takes_a_tool_loop_as_coding_agents_send_it() {
     );
     assert_eq!(
         (
-            req.messages[2].role,
-            req.messages[2].tool_call_id.as_deref()
+            messages(&req)[2].role,
+            messages(&req)[2].tool_call_id.as_deref()
         ),
         (Role::Tool, Some("call_1"))
     );
@@ -157,4 +174,116 @@ fn refuses_what_it_cannot_serve() {
         err(json!({"messages": [{"role": "user", "content": "x"}], "n": 3})).param,
         Some("n")
     );
+}
+
+#[test]
+fn wrong_types_and_bad_json_are_refused_with_400() {
+    for body in [
+        r#"{"messages": [{"role": "user", "content": "x"}], "max_tokens": "ten"}"#,
+        r#"{"messages": [{"role": "user", "content": "x"}], "seed": 1.5}"#,
+        r#"{"messages": "hello"}"#,
+        r#"{"messages": [{"role": "user", "content": "x"}"#,
+    ] {
+        let err = Api::Chat.parse(body.as_bytes(), &limits()).unwrap_err();
+        assert_eq!(err.status, 400, "{body}: {err:?}");
+    }
+    let err = Api::Text
+        .parse(br#"{"prompt": "x", "temperature": "hot"}"#, &limits())
+        .unwrap_err();
+    assert_eq!(err.status, 400);
+}
+
+#[test]
+fn a_seed_reaches_the_engine_bit_for_bit() {
+    let seed = |s: i64| {
+        parse(json!({"messages": [{"role": "user", "content": "x"}], "seed": s}))
+            .unwrap()
+            .0
+            .seed
+    };
+    assert_eq!(seed(42), Some(42));
+    assert_eq!(seed(-1), Some(u64::MAX));
+    let unseeded = parse(json!({"messages": [{"role": "user", "content": "x"}]}));
+    assert_eq!(unseeded.unwrap().0.seed, None);
+}
+
+#[test]
+fn a_text_completion_takes_one_prompt_as_it_stands() {
+    let req = parse_text(
+        json!({"model": "x", "prompt": "def add(a, b):", "max_tokens": 16,
+        "stop": ["\n\n"], "seed": 7, "echo": false, "logprobs": null}),
+    )
+    .unwrap();
+    assert_eq!(req.prompt, Prompt::Text("def add(a, b):".into()));
+    assert_eq!((req.max_tokens, req.seed), (16, Some(7)));
+    assert_eq!(req.stop, ["\n\n"]);
+    assert_eq!(req.priority, AGENT_PRIORITY);
+    let one = parse_text(json!({"prompt": ["only one"]})).unwrap();
+    assert_eq!(one.prompt, Prompt::Text("only one".into()));
+
+    let err = |body: Value| parse_text(body).unwrap_err().param;
+    assert_eq!(err(json!({"prompt": ["a", "b"]})), Some("prompt"));
+    assert_eq!(err(json!({"prompt": [1, 2, 3]})), Some("prompt"));
+    assert_eq!(err(json!({"prompt": ""})), Some("prompt"));
+    assert_eq!(err(json!({"prompt": "x", "echo": true})), Some("echo"));
+    assert_eq!(err(json!({"prompt": "x", "suffix": "}"})), Some("suffix"));
+    assert_eq!(err(json!({"prompt": "x", "best_of": 3})), Some("best_of"));
+    assert_eq!(err(json!({"prompt": "x", "logprobs": 2})), Some("logprobs"));
+    assert_eq!(
+        err(json!({"prompt": "x", "max_tokens": 0})),
+        Some("max_tokens")
+    );
+    assert_eq!(
+        parse_text(json!({"prompt": "x", "priority": -1}))
+            .unwrap()
+            .priority,
+        AGENT_PRIORITY
+    );
+}
+
+#[test]
+fn answers_take_each_api_s_shape() {
+    let finish = Finish {
+        reason: FinishReason::Length,
+        prompt_tokens: 3,
+        completion_tokens: 2,
+    };
+    let text = Answer::new(Api::Text, 9, 100, "m".into());
+    let whole = text.whole("ab".into(), &[], &finish);
+    assert_eq!(whole["id"], "cmpl-9");
+    assert_eq!(whole["object"], "text_completion");
+    assert_eq!(whole["choices"][0]["text"], "ab");
+    assert_eq!(whole["choices"][0]["finish_reason"], "length");
+    assert_eq!(whole["usage"]["total_tokens"], 5);
+
+    let mut chat = Answer::new(Api::Chat, 9, 100, "m".into());
+    let first = chat.piece(StreamEvent::Text("a".into()), true).unwrap();
+    let second = chat.piece(StreamEvent::Text("b".into()), true).unwrap();
+    assert_eq!(first["object"], "chat.completion.chunk");
+    assert_eq!(first["choices"][0]["delta"]["role"], "assistant");
+    assert_eq!(second["choices"][0]["delta"], json!({"content": "b"}));
+    let last = chat.piece(StreamEvent::Done(finish.clone()), true).unwrap();
+    assert_eq!(last["choices"][0]["finish_reason"], "length");
+    assert_eq!(last["usage"]["completion_tokens"], 2);
+    let whole = chat.whole(
+        String::new(),
+        &[ToolCall {
+            id: "c".into(),
+            name: "f".into(),
+            arguments: "{}".into(),
+        }],
+        &finish,
+    );
+    assert_eq!(whole["object"], "chat.completion");
+    assert_eq!(whole["choices"][0]["message"]["content"], Value::Null);
+    assert_eq!(
+        whole["choices"][0]["message"]["tool_calls"][0]["function"]["name"],
+        "f"
+    );
+
+    let mut text = Answer::new(Api::Text, 9, 100, "m".into());
+    let piece = text.piece(StreamEvent::Text("a".into()), false).unwrap();
+    assert_eq!(piece["choices"][0]["text"], "a");
+    let last = text.piece(StreamEvent::Done(finish), false).unwrap();
+    assert!(last.get("usage").is_none());
 }
