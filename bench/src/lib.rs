@@ -13,13 +13,16 @@
 //! - [`engine_speed`]: the engine's own speed (`engine-bench`), beside llama.cpp's;
 //! - [`test_callers`]: the latency benchmark's scripted calls in several voices, with
 //!   mid-sentence pauses; [`latency`]: its figures (pure); [`room_calls`]: its calls
-//!   through a LiveKit room, LiveKit's official client as the caller.
+//!   through a LiveKit room, LiveKit's official client as the caller;
+//! - [`load`]: the agents' API under load, clients of every kind over raw TCP, and the
+//!   figures their outcomes make.
 
 pub mod agents;
 pub mod aiperf;
 pub mod engine_speed;
 pub mod figures;
 pub mod latency;
+pub mod load;
 pub mod mooncake;
 pub mod plots;
 pub mod report;

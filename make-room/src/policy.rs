@@ -224,7 +224,12 @@ impl Scheduler {
             .collect();
         waiting.sort_by_key(|id| self.order_key(&self.requests[id], false));
         for (position, id) in waiting.into_iter().enumerate() {
-            if self.running_len() >= self.config.max_running {
+            // Only the most urgent waiting request may preempt, here for a place.
+            if self.running_len() >= self.config.max_running
+                && !(switches.kv_preemption
+                    && position == 0
+                    && self.free_a_place(id, &mut room, &mut plan))
+            {
                 break;
             }
             let r = &self.requests[&id];
@@ -494,6 +499,26 @@ impl Scheduler {
     /// KV preemption: frees `short` more tokens for the most urgent waiting request `id` by
     /// preempting at most `max_preemptions` less urgent running requests, newest first;
     /// preempts nothing if that would not be enough.
+    /// Preempts the newest running request less urgent than `id` (none admitted this
+    /// step), so that `id` runs now rather than after some agent's reply ends; `false` if
+    /// there is none.
+    fn free_a_place(&mut self, id: u64, room: &mut usize, plan: &mut Plan) -> bool {
+        let priority = self.requests[&id].priority;
+        let victim = self
+            .requests
+            .values()
+            .filter(|r| r.running && r.priority > priority && !plan.admitted.contains(&r.id))
+            .max_by_key(|r| r.admission)
+            .map(|r| r.id);
+        let Some(victim) = victim else {
+            return false;
+        };
+        *room += self.requests[&victim].computed;
+        self.preempt(victim, plan);
+        self.counters.slot_preemptions += 1;
+        true
+    }
+
     fn make_room_for(&mut self, id: u64, short: usize, room: &mut usize, plan: &mut Plan) -> bool {
         let priority = self.requests[&id].priority;
         let mut victims: Vec<&Request> = self

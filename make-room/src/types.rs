@@ -222,6 +222,9 @@ pub struct Counters {
     pub growth_preemptions: u64,
     /// Preemptions to admit a more urgent waiting request.
     pub kv_preemptions: u64,
+    /// Preemptions to give a more urgent waiting request a place when `max_running`
+    /// requests already run (with `kv_preemption` on).
+    pub slot_preemptions: u64,
     /// Request-steps held back by the budget cap, the decode hold or a turn hint.
     pub held_request_steps: u64,
     /// Holds skipped because the request had waited `window_tokens` steps in a row.

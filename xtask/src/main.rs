@@ -7,6 +7,8 @@
 //! - `probe`: setup, then make-room's probes on the real engine, off against on.
 //! - `bench`: setup, then the evaluation: recorded calls beside replayed agent sessions.
 //! - `engine-bench`: setup and llama.cpp, then the engine's speed beside llama.cpp's.
+//! - `load`: setup, then the agents' API under hundreds of clients of every kind while a
+//!   voice turn is timed.
 //! - `latency`: setup, then scripted test calls in real time, voice alone, the current
 //!   defaults beside the old configuration.
 //! - `build --cuda`: the engine's GPU binaries, built without a GPU (see [`cuda`]).
@@ -46,6 +48,10 @@ commands:
   soak [ARGS]      setup, then calls back to back through the LiveKit test server beside agents,
                    faults on a schedule: turns lost, faults survived, memory's slope
                    (--minutes 30 --out target/soak)
+  load [ARGS]      setup, then hundreds of API clients of every kind on the loopback (streamed,
+                   hanging up, stalling mid-header, oversized, malformed) while a voice turn is
+                   timed: served, refused, cancelled, memory, first token against no load
+                   (--seconds 60 --clients 240 --json target/load.json)
   build --cuda     the engine's GPU binaries (CUDA 13.0 from its wheels, sm_90 unless
                    --compute-cap N), stripped and compressed into gpu/bin for gpu/check.sh
   patches save     write patches/<crate>/ back from the commits in patched/<crate>
@@ -70,6 +76,7 @@ fn main() -> ExitCode {
         Some("engine-bench") => engine_bench(rest),
         Some("latency") => latency(rest),
         Some("soak") => soak(rest),
+        Some("load") => load(rest),
         Some("build") => setup().and_then(|cache| cuda::build(&cache, rest)),
         Some("patches") if args.get(1).map(String::as_str) == Some("save") => patches::save(),
         Some("-h" | "--help" | "help") | None => {
@@ -213,6 +220,13 @@ fn bench(extra: &[String]) -> Result<()> {
 fn soak(extra: &[String]) -> Result<()> {
     setup()?;
     let mut command = cargo_run("sublet-bench", "soak")?;
+    command.args(extra);
+    run(command)
+}
+
+fn load(extra: &[String]) -> Result<()> {
+    setup()?;
+    let mut command = cargo_run("sublet-bench", "load")?;
     command.args(extra);
     run(command)
 }

@@ -75,31 +75,31 @@ impl Metrics {
         let families: [(&str, &str, &str, Value); 7] = [
             (
                 "sublet_requests_started_total",
-                "Chat requests admitted to the engine.",
+                "Completion requests (chat or text) admitted to the engine.",
                 "counter",
                 |p| p.started,
             ),
             (
                 "sublet_requests_finished_total",
-                "Chat requests answered to the end.",
+                "Completion requests (chat or text) answered to the end.",
                 "counter",
                 |p| p.finished,
             ),
             (
                 "sublet_requests_failed_total",
-                "Chat requests that failed in the engine.",
+                "Completion requests (chat or text) that failed in the engine.",
                 "counter",
                 |p| p.failed,
             ),
             (
                 "sublet_requests_cancelled_total",
-                "Chat requests whose client went away before they ended.",
+                "Completion requests (chat or text) whose client went away before they ended.",
                 "counter",
                 |p| p.cancelled,
             ),
             (
                 "sublet_requests_in_flight",
-                "Chat requests admitted and not yet ended.",
+                "Completion requests (chat or text) admitted and not yet ended.",
                 "gauge",
                 |p| {
                     p.started
@@ -232,10 +232,11 @@ pub fn render_scheduler(state: &SchedulerState) -> String {
         (
             "sublet_preemptions_total",
             "counter",
-            "Running requests preempted: to let another grow, or to admit a more urgent one.",
+            "Running requests preempted: to let another grow, or to admit a more urgent one (for KV room, or for a place among those running).",
             vec![
                 ("{reason=\"growth\"}".into(), c.growth_preemptions),
                 ("{reason=\"kv\"}".into(), c.kv_preemptions),
+                ("{reason=\"slot\"}".into(), c.slot_preemptions),
             ],
         ),
         (

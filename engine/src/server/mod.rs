@@ -205,10 +205,24 @@ async fn text_completions(
 async fn answer(api: Api, state: &Arc<AppState>, headers: &HeaderMap, body: Body) -> Response {
     match serve_request(api, state, headers, body).await {
         Ok(response) => response,
-        Err(error) => {
+        Err(Unserved::Refused(error)) => {
             state.metrics.refused(error.status);
             error_response(&error)
         }
+        Err(Unserved::Failed(error)) => error_response(&error),
+    }
+}
+
+/// Why a request got an error answer: refused at the door, or failed once admitted (its
+/// ending already counted).
+enum Unserved {
+    Refused(ApiError),
+    Failed(ApiError),
+}
+
+impl From<ApiError> for Unserved {
+    fn from(error: ApiError) -> Self {
+        Unserved::Refused(error)
     }
 }
 
@@ -217,7 +231,7 @@ async fn serve_request(
     state: &Arc<AppState>,
     headers: &HeaderMap,
     body: Body,
-) -> Result<Response, ApiError> {
+) -> Result<Response, Unserved> {
     authorize(state, headers)?;
     require_json(headers)?;
     let permit: OwnedSemaphorePermit =
@@ -247,20 +261,13 @@ async fn serve_request(
         Api::Chat => "messages",
         Api::Text => "prompt",
     };
-    let mut reply = state
-        .engine
-        .chat_async(request)
-        .await
-        .map_err(|e| ApiError::new(503, "server_error", e.to_string()))?;
-    // The first event tells a refused request (e.g. a prompt over the model's length) from
-    // one that runs, before any status is sent.
-    let first = match reply.next().await {
-        Some(Ok(event)) => event,
-        Some(Err(EngineError::InvalidRequest(message))) => {
-            return Err(ApiError::invalid(Some(prompt_param), message))
-        }
-        Some(Err(e)) => return Err(ApiError::server(e.to_string())),
-        None => return Err(ApiError::server("the engine ended the request")),
+    // Admitted: from here the request ends counted once, even if its client leaves while
+    // it waits for its first token.
+    let mut ending = Ending {
+        metrics: state.metrics.clone(),
+        priority,
+        ended: false,
+        _permit: permit,
     };
     let mut answer = Answer::new(
         api,
@@ -268,11 +275,31 @@ async fn serve_request(
         now_s(),
         state.engine.model_name().to_string(),
     );
-    let mut ending = Ending {
-        metrics: state.metrics.clone(),
-        priority,
-        ended: false,
-        _permit: permit,
+    let mut reply = match state.engine.chat_async(request).await {
+        Ok(reply) => reply,
+        Err(e) => {
+            ending.failed();
+            return Err(Unserved::Failed(ApiError::new(
+                503,
+                "server_error",
+                e.to_string(),
+            )));
+        }
+    };
+    // The first event tells a refused request (e.g. a prompt over the model's length) from
+    // one that runs, before any status is sent.
+    let first = match reply.next().await {
+        Some(Ok(event)) => event,
+        failure => {
+            ending.failed();
+            return Err(Unserved::Failed(match failure {
+                Some(Err(EngineError::InvalidRequest(message))) => {
+                    ApiError::invalid(Some(prompt_param), message)
+                }
+                Some(Err(e)) => ApiError::server(e.to_string()),
+                _ => ApiError::server("the engine ended the request"),
+            }));
+        }
     };
 
     if !stream {
@@ -289,11 +316,11 @@ async fn serve_request(
                 }
                 Some(Err(e)) => {
                     ending.failed();
-                    return Err(ApiError::server(e.to_string()));
+                    return Err(Unserved::Failed(ApiError::server(e.to_string())));
                 }
                 None => {
                     ending.failed();
-                    return Err(ApiError::server("reply ended early"));
+                    return Err(Unserved::Failed(ApiError::server("reply ended early")));
                 }
             }
             event = reply.next().await;

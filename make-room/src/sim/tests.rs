@@ -107,6 +107,44 @@ fn make_room_answers_the_turn_sooner_with_the_kv_full() {
 }
 
 #[test]
+fn a_voice_turn_takes_a_place_when_agents_fill_every_one() {
+    // Two agents run long replies in the engine's two places; a turn arrives.
+    let run_with = |switches: Switches| {
+        let workload = Workload {
+            config: PolicyConfig {
+                max_running: 2,
+                kv_budget_tokens: 100_000,
+                chunk_tokens: Some(128),
+                ..PolicyConfig::default()
+            },
+            arrivals: vec![
+                (0, Arrival::Request(Request::new(0, 1, None, 100, 2_000))),
+                (0, Arrival::Request(Request::new(1, 1, None, 100, 2_000))),
+                (
+                    1_000,
+                    Arrival::Request(Request::new(2, 0, Some(7), 150, 30)),
+                ),
+            ],
+        };
+        run(&workload, &switches, false)
+    };
+    let (off, on) = (run_with(Switches::default()), run_with(Switches::all()));
+    assert!(
+        off.violation.is_none() && on.violation.is_none(),
+        "{off:?} {on:?}"
+    );
+    let (off_ms, on_ms) = (first_token(&off, 2) - 1_000, first_token(&on, 2) - 1_000);
+    println!("places full: voice first token after {off_ms} ms off, {on_ms} ms on");
+    assert!(
+        on_ms * 5 < off_ms,
+        "voice first token: off {off_ms} ms, on {on_ms} ms"
+    );
+    assert_eq!(on.counters.slot_preemptions, 1, "{:?}", on.counters);
+    assert_eq!(off.counters.slot_preemptions, 0);
+    assert_eq!((off.finished, on.finished), (3, 3));
+}
+
+#[test]
 fn prompts_take_the_idle_chunk_until_a_voice_turn_is_near() {
     let mut scheduler = Scheduler::new(PolicyConfig {
         switches: Switches::all(),

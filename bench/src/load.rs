@@ -1,0 +1,346 @@
+//! The agents' door under load: clients of every kind a public endpoint meets, each a
+//! plain TCP connection speaking HTTP/1.1 by hand (so a client can do what no library
+//! would: stop mid-header, vanish mid-queue, send a megabyte of header), and the figures
+//! their outcomes make.
+//!
+//! Every request a client sends ends in one [`Outcome`]; a run is sound when none ends
+//! [`Outcome::NoAnswer`] or [`Outcome::Held`] (see [`LoadFigures::sound`]).
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// What a client does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClientKind {
+    /// A streamed chat request, read to its end; on 429 or 503 it waits `Retry-After`.
+    Streamed,
+    /// The same, asking for `priority: -1` (to outrank the callers).
+    Urgent,
+    /// A whole (not streamed) legacy completion.
+    Whole,
+    /// Sends a streamed request and hangs up within a moment, often while it is queued.
+    Vanishing,
+    /// Sends one header line and then nothing.
+    SlowHeader,
+    /// A body over the server's 4 MiB bound.
+    Oversized,
+    /// A body that is not JSON.
+    Malformed,
+    /// A header line of 1 MiB.
+    HugeHeader,
+}
+
+impl ClientKind {
+    /// Whether the server should refuse every request of this kind.
+    pub fn is_bad(self) -> bool {
+        matches!(
+            self,
+            ClientKind::SlowHeader
+                | ClientKind::Oversized
+                | ClientKind::Malformed
+                | ClientKind::HugeHeader
+        )
+    }
+}
+
+/// How one request ended, as its client saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "outcome")]
+pub enum Outcome {
+    /// 200, and a stream that reached `[DONE]` (or a whole answer).
+    Served,
+    /// 429 or 503 (come back later).
+    Busy { status: u16 },
+    /// Another status, with an error body.
+    Refused { status: u16 },
+    /// The client hung up on purpose.
+    HungUp,
+    /// The server closed a connection whose request never finished arriving.
+    Dropped { after_s: f64 },
+    /// The connection ended without a status line, or a 200 stream ended before `[DONE]`.
+    NoAnswer,
+    /// Nothing came back within the client's patience.
+    Held,
+}
+
+/// What the clients send.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub addr: std::net::SocketAddr,
+    /// How long a client waits for an answer before it counts as [`Outcome::Held`].
+    pub patience: Duration,
+}
+
+fn chat_body(words: &str, priority: Option<i32>) -> String {
+    let mut body = serde_json::json!({
+        "model": "any",
+        "messages": [{"role": "user", "content": words}],
+        "max_tokens": 24,
+        "stream": true,
+    });
+    if let Some(priority) = priority {
+        body["priority"] = priority.into();
+    }
+    body.to_string()
+}
+
+fn post(path: &str, content_type: &str, body: &str) -> Vec<u8> {
+    format!(
+        "POST {path} HTTP/1.1\r\nHost: load\r\nContent-Type: {content_type}\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// The `n`th request of a client of `kind`.
+fn request(kind: ClientKind, n: usize) -> Vec<u8> {
+    let question = format!("In one sentence, what is the number {n} known for?");
+    match kind {
+        ClientKind::Streamed | ClientKind::Vanishing => post(
+            "/v1/chat/completions",
+            "application/json",
+            &chat_body(&question, None),
+        ),
+        ClientKind::Urgent => post(
+            "/v1/chat/completions",
+            "application/json",
+            &chat_body(&question, Some(-1)),
+        ),
+        ClientKind::Whole => {
+            let body =
+                serde_json::json!({"prompt": format!("The number {n} is"), "max_tokens": 16});
+            post("/v1/completions", "application/json", &body.to_string())
+        }
+        ClientKind::SlowHeader => b"POST /v1/chat/completions HTTP/1.1\r\nHost: load\r\n".to_vec(),
+        ClientKind::Oversized => {
+            let words = "x".repeat(5 << 20);
+            post(
+                "/v1/chat/completions",
+                "application/json",
+                &chat_body(&words, None),
+            )
+        }
+        ClientKind::Malformed => post(
+            "/v1/chat/completions",
+            "application/json",
+            r#"{"messages": [{"role": "user", "content": "#,
+        ),
+        ClientKind::HugeHeader => format!(
+            "GET /v1/models HTTP/1.1\r\nHost: load\r\nX-Filler: {}\r\nConnection: close\r\n\r\n",
+            "y".repeat(1 << 20)
+        )
+        .into_bytes(),
+    }
+}
+
+/// Sends the `n`th request of a client of `kind` and reads how it ends. It reads while it
+/// writes: a server that refuses a body before it has all arrived answers, then closes.
+pub async fn send(target: &Target, kind: ClientKind, n: usize) -> Outcome {
+    let started = Instant::now();
+    let Ok(stream) = TcpStream::connect(target.addr).await else {
+        return Outcome::NoAnswer;
+    };
+    let (mut reader, mut writer) = stream.into_split();
+    let bytes = request(kind, n);
+    let writing = tokio::spawn(async move {
+        let _ = writer.write_all(&bytes).await;
+        // Kept open (never half-closed): a client still sending, or waiting.
+        writer
+    });
+    if kind == ClientKind::Vanishing {
+        // Somewhere between queued and the first tokens.
+        tokio::time::sleep(Duration::from_millis(50 + (n as u64 * 37) % 1500)).await;
+        writing.abort();
+        return Outcome::HungUp;
+    }
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(target.patience, async {
+        let mut buf = [0u8; 8192];
+        loop {
+            match reader.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => answer.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await;
+    writing.abort();
+    if read.is_err() {
+        return Outcome::Held;
+    }
+    let Some(status) = status_of(&answer) else {
+        return match kind {
+            ClientKind::SlowHeader => Outcome::Dropped {
+                after_s: started.elapsed().as_secs_f64(),
+            },
+            _ => Outcome::NoAnswer,
+        };
+    };
+    let text = String::from_utf8_lossy(&answer);
+    match status {
+        200 if kind == ClientKind::Whole => match text.contains("\"text_completion\"") {
+            true => Outcome::Served,
+            false => Outcome::NoAnswer,
+        },
+        200 if text.contains("data: [DONE]") && !text.contains("\"error\"") => Outcome::Served,
+        200 => Outcome::NoAnswer,
+        429 | 503 => Outcome::Busy { status },
+        status => Outcome::Refused { status },
+    }
+}
+
+/// The status of an HTTP/1.1 response.
+fn status_of(response: &[u8]) -> Option<u16> {
+    let line = response.split(|&b| b == b'\n').next()?;
+    let line = std::str::from_utf8(line).ok()?;
+    let mut parts = line.split_whitespace();
+    parts.next().filter(|v| v.starts_with("HTTP/"))?;
+    parts.next()?.parse().ok()
+}
+
+/// Counts of each outcome, for one kind of client.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Tally {
+    pub sent: usize,
+    pub served: usize,
+    /// 429 and 503 (come back later).
+    pub busy: usize,
+    /// Other refusals, by status.
+    pub refused: BTreeMap<u16, usize>,
+    pub hung_up: usize,
+    pub dropped: usize,
+    /// The longest a dropped connection was held.
+    pub dropped_after_max_s: f64,
+    pub no_answer: usize,
+    pub held: usize,
+}
+
+impl Tally {
+    pub fn add(&mut self, outcome: Outcome) {
+        self.sent += 1;
+        match outcome {
+            Outcome::Served => self.served += 1,
+            Outcome::Busy { .. } => self.busy += 1,
+            Outcome::Refused { status } => *self.refused.entry(status).or_default() += 1,
+            Outcome::HungUp => self.hung_up += 1,
+            Outcome::Dropped { after_s } => {
+                self.dropped += 1;
+                self.dropped_after_max_s = self.dropped_after_max_s.max(after_s);
+            }
+            Outcome::NoAnswer => self.no_answer += 1,
+            Outcome::Held => self.held += 1,
+        }
+    }
+}
+
+/// A load run's figures.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct LoadFigures {
+    pub by_kind: BTreeMap<ClientKind, Tally>,
+    /// The voice turn's first token, ms: alone before the load, and under it.
+    pub voice_alone_ms: Vec<f64>,
+    pub voice_loaded_ms: Vec<f64>,
+    /// Resident memory, MB: before the load, its peak, and once the load has ended.
+    pub rss_before_mb: f64,
+    pub rss_peak_mb: f64,
+    pub rss_after_mb: f64,
+    /// The server's own count of requests cancelled (clients gone).
+    pub cancelled: u64,
+    /// Requests the server started that it never counted as ended.
+    pub unaccounted: i64,
+}
+
+impl LoadFigures {
+    pub fn add(&mut self, kind: ClientKind, outcome: Outcome) {
+        self.by_kind.entry(kind).or_default().add(outcome);
+    }
+
+    /// No request unanswered or held, every bad request refused (never served), every
+    /// admitted request counted as ended.
+    pub fn sound(&self) -> Result<(), String> {
+        for (kind, tally) in &self.by_kind {
+            if tally.no_answer + tally.held > 0 {
+                return Err(format!(
+                    "{kind:?}: {} without an answer, {} held",
+                    tally.no_answer, tally.held
+                ));
+            }
+            if kind.is_bad() && tally.served > 0 {
+                return Err(format!("{kind:?}: {} served", tally.served));
+            }
+        }
+        match self.unaccounted {
+            0 => Ok(()),
+            n => Err(format!("{n} requests started and never counted as ended")),
+        }
+    }
+
+    /// The voice turn's median first token under load over its median alone.
+    pub fn voice_ratio(&self) -> Option<f64> {
+        Some(median(&self.voice_loaded_ms)? / median(&self.voice_alone_ms)?)
+    }
+}
+
+pub fn median(values: &[f64]) -> Option<f64> {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    sorted.get(sorted.len() / 2).copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_are_read_from_the_first_line_only() {
+        assert_eq!(status_of(b"HTTP/1.1 429 Too Many Requests\r\n"), Some(429));
+        assert_eq!(
+            status_of(b"HTTP/1.1 200 OK\r\nX: HTTP/1.1 500\r\n"),
+            Some(200)
+        );
+        assert_eq!(status_of(b""), None);
+        assert_eq!(status_of(b"garbage 200\r\n"), None);
+    }
+
+    #[test]
+    fn a_run_is_unsound_when_a_request_goes_unanswered_or_a_bad_one_is_served() {
+        let mut figures = LoadFigures::default();
+        figures.add(ClientKind::Streamed, Outcome::Served);
+        figures.add(ClientKind::Streamed, Outcome::Busy { status: 429 });
+        figures.add(ClientKind::Oversized, Outcome::Refused { status: 413 });
+        figures.add(ClientKind::SlowHeader, Outcome::Dropped { after_s: 10.2 });
+        assert_eq!(figures.sound(), Ok(()));
+        let streamed = &figures.by_kind[&ClientKind::Streamed];
+        assert_eq!((streamed.sent, streamed.served, streamed.busy), (2, 1, 1));
+
+        let mut unanswered = figures.clone();
+        unanswered.add(ClientKind::Whole, Outcome::NoAnswer);
+        assert!(unanswered.sound().is_err());
+        let mut held = figures.clone();
+        held.add(ClientKind::SlowHeader, Outcome::Held);
+        assert!(held.sound().is_err());
+        let mut served = figures.clone();
+        served.add(ClientKind::Malformed, Outcome::Served);
+        assert!(served.sound().is_err());
+        let mut lost = figures;
+        lost.unaccounted = 1;
+        assert!(lost.sound().is_err());
+    }
+
+    #[test]
+    fn the_voice_ratio_compares_medians() {
+        let figures = LoadFigures {
+            voice_alone_ms: vec![100.0, 300.0, 200.0],
+            voice_loaded_ms: vec![250.0, 900.0, 260.0],
+            ..LoadFigures::default()
+        };
+        assert_eq!(figures.voice_ratio(), Some(1.3));
+        assert_eq!(LoadFigures::default().voice_ratio(), None);
+    }
+}
