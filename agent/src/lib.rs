@@ -20,6 +20,7 @@
 //! - [`playout`]: the agent's speech queued for real-time playing, pausable and cut short;
 //! - [`livekit`]: the agent in a LiveKit room.
 
+pub mod allocator;
 pub mod barge_in;
 pub mod call;
 pub mod call_log;

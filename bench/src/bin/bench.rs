@@ -121,6 +121,8 @@ const CALLS: [&str; 3] = [
     "trip_planning.wav",
 ];
 fn main() -> ExitCode {
+    // Calls run here, each on threads of its own.
+    sublet_agent::allocator::one_arena_per_core();
     match run(Args::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -308,6 +308,8 @@ fn print_table(results: &[ConfigRun]) {
 }
 
 fn main() -> ExitCode {
+    // Calls run here, each on threads of its own.
+    sublet_agent::allocator::one_arena_per_core();
     match run(Args::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

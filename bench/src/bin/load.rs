@@ -105,6 +105,8 @@ fn counter(metrics: &str, name: &str) -> u64 {
 }
 
 fn main() -> Result<()> {
+    // Calls run here, each on threads of its own.
+    sublet_agent::allocator::one_arena_per_core();
     let args = Args::parse();
     let cache = ModelCache::from_env();
     eprintln!("load: loading the bundled engine, make-room on");

@@ -107,6 +107,8 @@ impl CallObserver for SoakObserver {
 }
 
 fn main() -> Result<()> {
+    // Calls run here, each on threads of its own.
+    sublet_agent::allocator::one_arena_per_core();
     let args = Args::parse();
     let records = args.out.join("records");
     std::fs::create_dir_all(&records)?;
