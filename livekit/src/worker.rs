@@ -271,21 +271,20 @@ async fn serve(
                     Err(e) => break format!("{e:#}"),
                 },
                 Some((job_id, error)) = done.recv() => {
-                    worker.ended(&job_id);
+                    let end = worker.job_done(&job_id);
                     let status = if error.is_some() { proto::JobStatus::JsFailed } else { proto::JobStatus::JsSuccess };
                     let _ = send(&*connection, job_update(&job_id, status, error.unwrap_or_default())).await;
                     let _ = send(&*connection, worker.status()).await;
-                    if worker.jobs.drained() {
-                        break 'session WorkerEnd::Drained { calls_were_running: true };
+                    if let Some(end) = end {
+                        break 'session end;
                     }
                 }
                 Ok(()) = drain.changed(), if !worker.jobs.draining() => {
                     if *drain.borrow() {
-                        let calls_were_running = worker.jobs.running() > 0;
-                        worker.drain();
+                        let end = worker.start_draining();
                         let _ = send(&*connection, worker.status()).await;
-                        if worker.jobs.drained() {
-                            break 'session WorkerEnd::Drained { calls_were_running };
+                        if let Some(end) = end {
+                            break 'session end;
                         }
                     }
                 }
@@ -319,19 +318,18 @@ async fn serve(
             };
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
+                // Ended while unregistered: once registered again, the server hears of
+                // the calls still running.
                 Some((job_id, _)) = done.recv() => {
-                    worker.ended(&job_id);
-                    if worker.jobs.drained() {
-                        break 'session WorkerEnd::Drained { calls_were_running: true };
+                    if let Some(end) = worker.job_done(&job_id) {
+                        break 'session end;
                     }
                     continue;
                 }
                 Ok(()) = drain.changed(), if !worker.jobs.draining() => {
                     if *drain.borrow() {
-                        let calls_were_running = worker.jobs.running() > 0;
-                        worker.drain();
-                        if worker.jobs.drained() {
-                            break 'session WorkerEnd::Drained { calls_were_running };
+                        if let Some(end) = worker.start_draining() {
+                            break 'session end;
                         }
                     }
                     continue;
@@ -432,17 +430,26 @@ impl WorkerState {
         }
     }
 
-    fn ended(&mut self, job_id: &str) {
+    /// A call ended; the session's end if that was the last call of a drain.
+    fn job_done(&mut self, job_id: &str) -> Option<WorkerEnd> {
         self.hang_ups.remove(job_id);
         self.jobs.ended(job_id);
+        self.jobs.drained().then_some(WorkerEnd::Drained {
+            calls_were_running: true,
+        })
     }
 
-    /// Declines new work and asks every call to hang up after its turn in progress.
-    fn drain(&mut self) {
+    /// Declines new work and asks every call to hang up after its turn in progress; the
+    /// session's end if no call was running.
+    fn start_draining(&mut self) -> Option<WorkerEnd> {
+        let calls_were_running = self.jobs.running() > 0;
         self.jobs.drain();
         for hang_up in self.hang_ups.values() {
             let _ = hang_up.send(true);
         }
+        self.jobs
+            .drained()
+            .then_some(WorkerEnd::Drained { calls_were_running })
     }
 
     /// The worker's status: full while draining or at its limit; load as a share of it.

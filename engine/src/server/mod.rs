@@ -49,8 +49,8 @@ pub struct ServerConfig {
     pub max_body_bytes: usize,
     /// Time a client has to send its body once its headers are in (default 30 s).
     pub body_timeout: Duration,
-    /// Chat requests in flight at once, waiting in the engine or running (default 64);
-    /// beyond it a request gets 429 with `Retry-After`.
+    /// Completion requests (chat or text) in flight at once, waiting in the engine or
+    /// running (default 64); beyond it a request gets 429 with `Retry-After`.
     pub max_in_flight: usize,
     pub limits: Limits,
 }
@@ -257,10 +257,6 @@ async fn serve_request(
         prompt_length::check(counter, max_len, &request.prompt).await?;
     }
     let priority = request.priority;
-    let prompt_param = match api {
-        Api::Chat => "messages",
-        Api::Text => "prompt",
-    };
     // Admitted: from here the request ends counted once, even if its client leaves while
     // it waits for its first token.
     let mut ending = Ending {
@@ -294,7 +290,7 @@ async fn serve_request(
             ending.failed();
             return Err(Unserved::Failed(match failure {
                 Some(Err(EngineError::InvalidRequest(message))) => {
-                    ApiError::invalid(Some(prompt_param), message)
+                    ApiError::invalid(Some(api.prompt_field()), message)
                 }
                 Some(Err(e)) => ApiError::server(e.to_string()),
                 _ => ApiError::server("the engine ended the request"),

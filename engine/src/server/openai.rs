@@ -24,6 +24,14 @@ pub enum Api {
 }
 
 impl Api {
+    /// The request's field that holds its prompt.
+    pub fn prompt_field(self) -> &'static str {
+        match self {
+            Api::Chat => "messages",
+            Api::Text => "prompt",
+        }
+    }
+
     /// Parses and checks a request's body.
     pub fn parse(self, body: &[u8], limits: &Limits) -> Result<Parsed, ApiError> {
         let malformed =

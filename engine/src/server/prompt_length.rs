@@ -8,7 +8,7 @@
 
 use crate::{Prompt, TokenCounter};
 
-use super::openai::ApiError;
+use super::openai::{Api, ApiError};
 
 /// `Err` if `prompt` cannot fit in `max_len` tokens.
 pub(super) async fn check(
@@ -40,14 +40,14 @@ pub(super) async fn check(
 }
 
 fn too_long(tokens: String, max_len: usize, prompt: &Prompt) -> ApiError {
-    let (param, what) = match prompt {
-        Prompt::Chat(_) => ("messages", "the messages take"),
-        Prompt::Text(_) => ("prompt", "the prompt takes"),
+    let (api, what) = match prompt {
+        Prompt::Chat(_) => (Api::Chat, "the messages take"),
+        Prompt::Text(_) => (Api::Text, "the prompt takes"),
     };
     ApiError {
         code: Some("context_length_exceeded"),
         ..ApiError::invalid(
-            Some(param),
+            Some(api.prompt_field()),
             format!("{what} {tokens} tokens; this model takes at most {max_len}"),
         )
     }
