@@ -13,12 +13,7 @@ use sublet_engine::{Engine, EngineConfig, VOICE_PRIORITY};
 use sublet_models::ModelCache;
 
 fn rss_mb() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-        .map_or(0.0, |kb| kb / 1024.0)
+    sublet_bench::resident_mb().unwrap_or(0.0)
 }
 
 fn main() -> anyhow::Result<()> {

@@ -7,6 +7,7 @@
 //! [`Outcome::NoAnswer`] or [`Outcome::Held`] (see [`LoadFigures::sound`]).
 
 use std::collections::BTreeMap;
+use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -118,24 +119,33 @@ fn request(kind: ClientKind, n: usize) -> Vec<u8> {
             post("/v1/completions", "application/json", &body.to_string())
         }
         ClientKind::SlowHeader => b"POST /v1/chat/completions HTTP/1.1\r\nHost: load\r\n".to_vec(),
+        // Built once: megabytes a request would weigh on the memory measured.
         ClientKind::Oversized => {
-            let words = "x".repeat(5 << 20);
-            post(
-                "/v1/chat/completions",
-                "application/json",
-                &chat_body(&words, None),
-            )
+            static BODY: LazyLock<Vec<u8>> = LazyLock::new(|| {
+                let words = "x".repeat(5 << 20);
+                post(
+                    "/v1/chat/completions",
+                    "application/json",
+                    &chat_body(&words, None),
+                )
+            });
+            BODY.clone()
         }
         ClientKind::Malformed => post(
             "/v1/chat/completions",
             "application/json",
             r#"{"messages": [{"role": "user", "content": "#,
         ),
-        ClientKind::HugeHeader => format!(
-            "GET /v1/models HTTP/1.1\r\nHost: load\r\nX-Filler: {}\r\nConnection: close\r\n\r\n",
-            "y".repeat(1 << 20)
-        )
-        .into_bytes(),
+        ClientKind::HugeHeader => {
+            static HEAD: LazyLock<Vec<u8>> = LazyLock::new(|| {
+                format!(
+                    "GET /v1/models HTTP/1.1\r\nHost: load\r\nX-Filler: {}\r\nConnection: close\r\n\r\n",
+                    "y".repeat(1 << 20)
+                )
+                .into_bytes()
+            });
+            HEAD.clone()
+        }
     }
 }
 

@@ -87,12 +87,7 @@ fn voice_turn(engine: &Engine) -> Result<f64> {
 }
 
 fn rss_mb() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-        .map_or(0.0, |kb| kb / 1024.0)
+    sublet_bench::resident_mb().unwrap_or(0.0)
 }
 
 /// The sum over priorities of one of the server's counters.

@@ -371,7 +371,7 @@ fn sample(started: Instant) -> Option<ProcessSample> {
     };
     Some(ProcessSample {
         at_s: started.elapsed().as_secs_f64(),
-        rss_mb: field("VmRSS:")? / 1024.0,
+        rss_mb: sublet_bench::resident_mb()?,
         fds: std::fs::read_dir("/proc/self/fd").ok()?.count(),
         threads: field("Threads:")? as usize,
         peer_connections: sublet_livekit::peer::live_peer_connections(),

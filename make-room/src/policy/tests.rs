@@ -1,0 +1,53 @@
+//! The policy's own checks, step by step.
+use super::*;
+
+#[test]
+fn a_turns_hold_ends_at_its_first_sentence() {
+    let config = PolicyConfig {
+        switches: Switches::all(),
+        window_tokens: 32,
+        release_at_first_sentence: true,
+        ..PolicyConfig::default()
+    };
+    let mut without = Scheduler::new(PolicyConfig {
+        release_at_first_sentence: false,
+        ..config.clone()
+    });
+    let mut scheduler = Scheduler::new(config);
+    let step = |scheduler: &mut Scheduler, at: u64| {
+        let plan = scheduler.schedule(at);
+        scheduler.finish_step(&plan, at + 1, &[]);
+        plan
+    };
+    scheduler.add(Request::new(1, 1, None, 20, 200), 0).unwrap();
+    step(&mut scheduler, 0);
+    scheduler
+        .add(Request::new(2, 0, Some(7), 30, 48), 0)
+        .unwrap();
+    for at in 1..4 {
+        let plan = step(&mut scheduler, at);
+        assert_eq!(plan.held, vec![1], "the agent waits out the turn's window");
+    }
+    // Another call's first sentence changes nothing; this call's ends the hold.
+    scheduler.first_sentence_out(8);
+    assert_eq!(step(&mut scheduler, 4).held, vec![1]);
+    scheduler.first_sentence_out(7);
+    let plan = step(&mut scheduler, 5);
+    assert!(
+        plan.held.is_empty() && plan.decode == vec![2, 1],
+        "{plan:?}"
+    );
+    assert_eq!(scheduler.counters.first_sentence_releases, 1);
+    // Unless asked to, the hold lasts the window.
+    without.add(Request::new(1, 1, None, 20, 200), 0).unwrap();
+    step(&mut without, 0);
+    without.add(Request::new(2, 0, Some(7), 30, 48), 0).unwrap();
+    without.first_sentence_out(7);
+    assert_eq!(step(&mut without, 1).held, vec![1]);
+    assert_eq!(without.counters.first_sentence_releases, 0);
+    // The call's next turn holds the agent again.
+    scheduler
+        .add(Request::new(3, 0, Some(7), 30, 48), 0)
+        .unwrap();
+    assert_eq!(step(&mut scheduler, 6).held, vec![1]);
+}
