@@ -315,6 +315,38 @@ pub fn paired_ratios(
         .collect())
 }
 
+/// A voice reply's median gap beside decoding agents ÷ its median gap alone, measured in
+/// turn (alone, then beside them) so a slow spell of a shared machine weighs on both sides.
+#[derive(Debug, Clone, Serialize)]
+pub struct PairedGapRatio {
+    pub agents_decoding: usize,
+    /// Each pair's median gap beside the agents ÷ the median gap alone just before.
+    pub ratios: Vec<f64>,
+    pub median_ratio: f64,
+}
+
+/// `pairs` turns of a voice reply alone, then one beside `agents` decoding agents, under
+/// the engine's current switches.
+pub fn paired_voice_gaps(
+    engine: &Arc<Engine>,
+    workload: &Workload,
+    agents: usize,
+    gaps: usize,
+    pairs: usize,
+) -> Result<PairedGapRatio> {
+    let mut ratios = Vec::new();
+    for _ in 0..pairs {
+        let alone = voice_gaps(engine, workload, 0, gaps)?;
+        let beside = voice_gaps(engine, workload, agents, gaps)?;
+        ratios.push(beside.median_ms / alone.median_ms);
+    }
+    Ok(PairedGapRatio {
+        agents_decoding: agents,
+        median_ratio: crate::stats::percentile(&ratios, 50.0),
+        ratios,
+    })
+}
+
 /// A voice reply's gaps, with `agents` agent requests already decoding beside it.
 pub fn voice_gaps(
     engine: &Arc<Engine>,

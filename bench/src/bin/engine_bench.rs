@@ -172,6 +172,17 @@ fn run(args: Args) -> Result<()> {
     ));
     let voice_beside_hold =
         speed::voice_gaps(&engine, &workload, options.voice_agents, options.voice_gaps)?;
+    progress(format!(
+        "make-room (all switches): a voice reply alone, then beside {} decoding agents, in turn ×{}",
+        options.voice_agents, args.pairs
+    ));
+    let voice_paired = speed::paired_voice_gaps(
+        &engine,
+        &workload,
+        options.voice_agents,
+        options.voice_gaps,
+        args.pairs,
+    )?;
     drop(engine);
 
     let reference = if args.weights == Weights::F32 {
@@ -200,6 +211,7 @@ fn run(args: Args) -> Result<()> {
         "voice_gap_alone": voice_alone,
         "voice_gap_beside_agents": voice_beside,
         "voice_gap_beside_agents_decode_hold": voice_beside_hold,
+        "voice_gap_beside_agents_paired": voice_paired,
         "peak_resident_mb": peak_mb,
         "resident_mb": resident_mb,
     });
@@ -466,12 +478,7 @@ fn print_table(report: &Value) {
             .flatten()
             .map(f)
             .collect();
-        if !ratios.is_empty() {
-            let (low, high) = ratios
-                .iter()
-                .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &r| {
-                    (l.min(r), h.max(r))
-                });
+        if let Some((low, high)) = range(&ratios) {
             println!(
                 "{:<44} {:>10.2}× median of {} (make-room, {low:.2}–{high:.2})",
                 format!("  {n} ÷ one, measured in turn"),
@@ -507,6 +514,20 @@ fn print_table(report: &Value) {
         f(&report["single_step_ms"]),
         f(&report["voice_gap_beside_agents_ratio_to_single_step"])
     );
+    let paired = &report["voice_gap_beside_agents_paired"];
+    let ratios: Vec<f64> = paired["ratios"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(f)
+        .collect();
+    if let Some((low, high)) = range(&ratios) {
+        println!(
+            "  beside agents ÷ alone, in turn  {:.2}× median of {} (all switches, {low:.2}–{high:.2})",
+            f(&paired["median_ratio"]),
+            ratios.len()
+        );
+    }
     let q = &report["quality"];
     println!(
         "\nquality ({} weights): {} of {} answers identical to F32's; factual prompts right {} of {} (F32: {})",
@@ -517,4 +538,11 @@ fn print_table(report: &Value) {
         q["factual_prompts"],
         q["factual_correct_f32"]
     );
+}
+
+/// The smallest and largest of `values`; `None` when there are none.
+fn range(values: &[f64]) -> Option<(f64, f64)> {
+    let low = values.iter().copied().reduce(f64::min)?;
+    let high = values.iter().copied().reduce(f64::max)?;
+    Some((low, high))
 }
