@@ -21,3 +21,19 @@ pub fn one_arena_per_core() {
         }
     }
 }
+
+/// What the allocator holds for the program, in bytes: glibc's `mallinfo2`, the chunks in
+/// use plus the blocks mapped on their own. Resident memory less this is what the
+/// allocator keeps free (fragmentation, arenas' high-water marks). `None` off glibc.
+pub fn heap_in_use_bytes() -> Option<u64> {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: mallinfo2 only reads the allocator's statistics.
+        let info = unsafe { libc::mallinfo2() };
+        Some((info.uordblks + info.hblkhd) as u64)
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        None
+    }
+}

@@ -65,6 +65,10 @@ pub struct ProcessSample {
     /// WebRTC peer connections not yet freed (the agent's and the test server's).
     #[serde(default)]
     pub peer_connections: usize,
+    /// What the allocator holds for the program (glibc's chunks in use), MB: resident
+    /// memory growing while this stays level is memory kept free, not a leak.
+    #[serde(default)]
+    pub heap_in_use_mb: Option<f64>,
 }
 
 /// What a soak adds up to.
@@ -81,6 +85,10 @@ pub struct SoakFigures {
     pub faults_survived: BTreeMap<String, usize>,
     /// Resident memory's slope after warm-up, MB a minute (least squares).
     pub rss_slope_mb_per_min: Option<f64>,
+    /// The heap in use's slope after warm-up, MB a minute: level while resident memory
+    /// climbs means the allocator keeps freed memory; climbing with it, the program holds more.
+    #[serde(default)]
+    pub heap_slope_mb_per_min: Option<f64>,
     pub rss_first_mb: Option<f64>,
     pub rss_last_mb: Option<f64>,
     pub fds_min_max: Option<(usize, usize)>,
@@ -109,10 +117,10 @@ pub fn figures(calls: &[SoakCall], samples: &[ProcessSample], warm_up_s: f64) ->
             }
         }
     }
-    let warm: Vec<(f64, f64)> = samples
-        .iter()
-        .filter(|s| s.at_s >= warm_up_s)
-        .map(|s| (s.at_s / 60.0, s.rss_mb))
+    let warm = samples.iter().filter(|s| s.at_s >= warm_up_s);
+    let rss: Vec<(f64, f64)> = warm.clone().map(|s| (s.at_s / 60.0, s.rss_mb)).collect();
+    let heap: Vec<(f64, f64)> = warm
+        .filter_map(|s| Some((s.at_s / 60.0, s.heap_in_use_mb?)))
         .collect();
     let min_max = |values: Vec<usize>| Some((*values.iter().min()?, *values.iter().max()?));
     SoakFigures {
@@ -122,7 +130,8 @@ pub fn figures(calls: &[SoakCall], samples: &[ProcessSample], warm_up_s: f64) ->
         turns_lost,
         faults_injected,
         faults_survived,
-        rss_slope_mb_per_min: slope(&warm),
+        rss_slope_mb_per_min: slope(&rss),
+        heap_slope_mb_per_min: slope(&heap),
         rss_first_mb: samples.first().map(|s| s.rss_mb),
         rss_last_mb: samples.last().map(|s| s.rss_mb),
         fds_min_max: min_max(samples.iter().map(|s| s.fds).collect()),
@@ -212,6 +221,7 @@ mod tests {
                 fds: 40 + i % 3,
                 threads: 30,
                 peer_connections: 2,
+                heap_in_use_mb: Some(80.0 + (i.min(4) as f64) * 20.0),
             })
             .collect();
         let f = figures(&calls, &samples, 120.0);
@@ -222,6 +232,7 @@ mod tests {
         assert_eq!(f.faults_survived.get("call_panics"), Some(&1));
         assert_eq!(f.faults_survived.get("media_stopped"), None);
         assert!(f.rss_slope_mb_per_min.unwrap().abs() < 1e-9, "{f:?}");
+        assert!(f.heap_slope_mb_per_min.unwrap().abs() < 1e-9, "{f:?}");
         assert_eq!(f.fds_min_max, Some((40, 42)));
         assert_eq!(fault_of(3), Fault::CallPanics);
         assert!((slope(&[(0.0, 1.0), (1.0, 3.0)]).unwrap() - 2.0).abs() < 1e-12);

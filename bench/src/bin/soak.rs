@@ -219,8 +219,12 @@ fn main() -> Result<()> {
                 n + 1,
                 fault_of(n),
                 last.map_or(String::new(), |s| format!(
-                    "resident {:.0} MB, {} fds, {} threads, {} peer connections not freed",
-                    s.rss_mb, s.fds, s.threads, s.peer_connections
+                    "resident {:.0} MB (heap in use {:.0} MB), {} fds, {} threads, {} peer connections not freed",
+                    s.rss_mb,
+                    s.heap_in_use_mb.unwrap_or(f64::NAN),
+                    s.fds,
+                    s.threads,
+                    s.peer_connections
                 ))
             );
             n += 1;
@@ -375,6 +379,8 @@ fn sample(started: Instant) -> Option<ProcessSample> {
         fds: std::fs::read_dir("/proc/self/fd").ok()?.count(),
         threads: field("Threads:")? as usize,
         peer_connections: sublet_livekit::peer::live_peer_connections(),
+        heap_in_use_mb: sublet_agent::allocator::heap_in_use_bytes()
+            .map(|b| b as f64 / (1024.0 * 1024.0)),
     })
 }
 
@@ -397,7 +403,7 @@ fn write_report(
         serde_json::to_string_pretty(&json)? + "\n",
     )?;
     let mut md = format!(
-        "# Soak\n\n- Command: `cargo xtask soak --minutes {}`\n- Calls: {} ({CALL}), turns the detector ended: {}, turns lost without a record: **{}**\n- Turns recorded by outcome: {:?}\n- Faults injected: {:?}; survived: {:?} (the worker registered again {registered_again} times)\n- Resident memory: {:.0} MB first, {:.0} MB last; slope after {:.0} min of warm-up: **{} MB/min**\n- File descriptors (min, max): {:?}; threads (min, max): {:?}; WebRTC peer connections not freed (first, last sample): {:?}\n\n| room | fault | turns ended | recorded | fault seen | ended |\n|---|---|---:|---:|---|---|\n",
+        "# Soak\n\n- Command: `cargo xtask soak --minutes {}`\n- Calls: {} ({CALL}), turns the detector ended: {}, turns lost without a record: **{}**\n- Turns recorded by outcome: {:?}\n- Faults injected: {:?}; survived: {:?} (the worker registered again {registered_again} times)\n- Resident memory: {:.0} MB first, {:.0} MB last; slope after {:.0} min of warm-up: **{} MB/min** (the heap in use: {} MB/min)\n- File descriptors (min, max): {:?}; threads (min, max): {:?}; WebRTC peer connections not freed (first, last sample): {:?}\n\n| room | fault | turns ended | recorded | fault seen | ended |\n|---|---|---:|---:|---|---|\n",
         args.minutes,
         figures.calls,
         figures.turns_ended,
@@ -410,6 +416,9 @@ fn write_report(
         args.warm_up_minutes,
         figures
             .rss_slope_mb_per_min
+            .map_or("–".into(), |s| format!("{s:.2}")),
+        figures
+            .heap_slope_mb_per_min
             .map_or("–".into(), |s| format!("{s:.2}")),
         figures.fds_min_max,
         figures.threads_min_max,
