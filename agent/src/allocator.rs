@@ -22,15 +22,29 @@ pub fn one_arena_per_core() {
     }
 }
 
-/// What the allocator holds for the program, in bytes: glibc's `mallinfo2`, the chunks in
-/// use plus the blocks mapped on their own. Resident memory less this is what the
-/// allocator keeps free (fragmentation, arenas' high-water marks). `None` off glibc.
-pub fn heap_in_use_bytes() -> Option<u64> {
+/// What glibc's allocator holds for the program (`mallinfo2`), in bytes. `None` off glibc.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeapFigures {
+    /// Chunks in use in the arenas (small and mid-sized allocations).
+    pub arena_in_use: u64,
+    /// Chunks freed but kept by the arenas: resident memory the program does not use.
+    pub arena_free: u64,
+    /// Large blocks mapped on their own (freed straight back to the system); their pages
+    /// count as resident only once touched.
+    pub mapped: u64,
+}
+
+/// The allocator's figures now; `None` off glibc.
+pub fn heap_figures() -> Option<HeapFigures> {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
         // SAFETY: mallinfo2 only reads the allocator's statistics.
         let info = unsafe { libc::mallinfo2() };
-        Some((info.uordblks + info.hblkhd) as u64)
+        Some(HeapFigures {
+            arena_in_use: info.uordblks as u64,
+            arena_free: info.fordblks as u64,
+            mapped: info.hblkhd as u64,
+        })
     }
     #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
     {

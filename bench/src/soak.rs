@@ -65,10 +65,14 @@ pub struct ProcessSample {
     /// WebRTC peer connections not yet freed (the agent's and the test server's).
     #[serde(default)]
     pub peer_connections: usize,
-    /// What the allocator holds for the program (glibc's chunks in use), MB: resident
-    /// memory growing while this stays level is memory kept free, not a leak.
+    /// glibc's arena chunks in use, MB (large blocks mapped on their own left out: a call
+    /// maps and unmaps ~2 GB of them, mostly never touched): resident memory growing
+    /// while this stays level is memory the allocator keeps, not memory the program holds.
     #[serde(default)]
     pub heap_in_use_mb: Option<f64>,
+    /// glibc's arena chunks freed but kept, MB.
+    #[serde(default)]
+    pub heap_free_kept_mb: Option<f64>,
 }
 
 /// What a soak adds up to.
@@ -85,7 +89,7 @@ pub struct SoakFigures {
     pub faults_survived: BTreeMap<String, usize>,
     /// Resident memory's slope after warm-up, MB a minute (least squares).
     pub rss_slope_mb_per_min: Option<f64>,
-    /// The heap in use's slope after warm-up, MB a minute: level while resident memory
+    /// The arenas' chunks in use: their slope after warm-up, MB a minute: level while resident memory
     /// climbs means the allocator keeps freed memory; climbing with it, the program holds more.
     #[serde(default)]
     pub heap_slope_mb_per_min: Option<f64>,
@@ -222,6 +226,7 @@ mod tests {
                 threads: 30,
                 peer_connections: 2,
                 heap_in_use_mb: Some(80.0 + (i.min(4) as f64) * 20.0),
+                heap_free_kept_mb: Some(10.0),
             })
             .collect();
         let f = figures(&calls, &samples, 120.0);

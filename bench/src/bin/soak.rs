@@ -219,9 +219,10 @@ fn main() -> Result<()> {
                 n + 1,
                 fault_of(n),
                 last.map_or(String::new(), |s| format!(
-                    "resident {:.0} MB (heap in use {:.0} MB), {} fds, {} threads, {} peer connections not freed",
+                    "resident {:.0} MB (arenas: {:.0} MB in use, {:.0} MB free kept), {} fds, {} threads, {} peer connections not freed",
                     s.rss_mb,
                     s.heap_in_use_mb.unwrap_or(f64::NAN),
+                    s.heap_free_kept_mb.unwrap_or(f64::NAN),
                     s.fds,
                     s.threads,
                     s.peer_connections
@@ -373,14 +374,16 @@ fn sample(started: Instant) -> Option<ProcessSample> {
         let line = status.lines().find(|l| l.starts_with(name))?;
         line.split_whitespace().nth(1)?.parse().ok()
     };
+    const MB: f64 = 1024.0 * 1024.0;
+    let heap = sublet_agent::allocator::heap_figures();
     Some(ProcessSample {
         at_s: started.elapsed().as_secs_f64(),
         rss_mb: sublet_bench::resident_mb()?,
         fds: std::fs::read_dir("/proc/self/fd").ok()?.count(),
         threads: field("Threads:")? as usize,
         peer_connections: sublet_livekit::peer::live_peer_connections(),
-        heap_in_use_mb: sublet_agent::allocator::heap_in_use_bytes()
-            .map(|b| b as f64 / (1024.0 * 1024.0)),
+        heap_in_use_mb: heap.map(|h| h.arena_in_use as f64 / MB),
+        heap_free_kept_mb: heap.map(|h| h.arena_free as f64 / MB),
     })
 }
 
@@ -403,7 +406,7 @@ fn write_report(
         serde_json::to_string_pretty(&json)? + "\n",
     )?;
     let mut md = format!(
-        "# Soak\n\n- Command: `cargo xtask soak --minutes {}`\n- Calls: {} ({CALL}), turns the detector ended: {}, turns lost without a record: **{}**\n- Turns recorded by outcome: {:?}\n- Faults injected: {:?}; survived: {:?} (the worker registered again {registered_again} times)\n- Resident memory: {:.0} MB first, {:.0} MB last; slope after {:.0} min of warm-up: **{} MB/min** (the heap in use: {} MB/min)\n- File descriptors (min, max): {:?}; threads (min, max): {:?}; WebRTC peer connections not freed (first, last sample): {:?}\n\n| room | fault | turns ended | recorded | fault seen | ended |\n|---|---|---:|---:|---|---|\n",
+        "# Soak\n\n- Command: `cargo xtask soak --minutes {}`\n- Calls: {} ({CALL}), turns the detector ended: {}, turns lost without a record: **{}**\n- Turns recorded by outcome: {:?}\n- Faults injected: {:?}; survived: {:?} (the worker registered again {registered_again} times)\n- Resident memory: {:.0} MB first, {:.0} MB last; slope after {:.0} min of warm-up: **{} MB/min** (glibc's arena chunks in use: {} MB/min)\n- File descriptors (min, max): {:?}; threads (min, max): {:?}; WebRTC peer connections not freed (first, last sample): {:?}\n\n| room | fault | turns ended | recorded | fault seen | ended |\n|---|---|---:|---:|---|---|\n",
         args.minutes,
         figures.calls,
         figures.turns_ended,
