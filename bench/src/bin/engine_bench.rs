@@ -472,18 +472,11 @@ fn print_table(report: &Value) {
             f(&mr["ratio_to_single"])
         );
         let paired = &report["decode_multi_make_room_paired"][i];
-        let ratios: Vec<f64> = paired["ratios"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(f)
-            .collect();
-        if let Some((low, high)) = range(&ratios) {
+        if let Some((pairs, low, high)) = spread(paired) {
             println!(
-                "{:<44} {:>10.2}× median of {} (make-room, {low:.2}–{high:.2})",
+                "{:<44} {:>10.2}× median of {pairs} (make-room, {low:.2}–{high:.2})",
                 format!("  {n} ÷ one, measured in turn"),
                 f(&paired["median_ratio"]),
-                ratios.len()
             );
         }
     }
@@ -515,17 +508,10 @@ fn print_table(report: &Value) {
         f(&report["voice_gap_beside_agents_ratio_to_single_step"])
     );
     let paired = &report["voice_gap_beside_agents_paired"];
-    let ratios: Vec<f64> = paired["ratios"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(f)
-        .collect();
-    if let Some((low, high)) = range(&ratios) {
+    if let Some((pairs, low, high)) = spread(paired) {
         println!(
-            "  beside agents ÷ alone, in turn  {:.2}× median of {} (all switches, {low:.2}–{high:.2})",
+            "  beside agents ÷ alone, in turn  {:.2}× median of {pairs} (all switches, {low:.2}–{high:.2})",
             f(&paired["median_ratio"]),
-            ratios.len()
         );
     }
     let q = &report["quality"];
@@ -540,9 +526,15 @@ fn print_table(report: &Value) {
     );
 }
 
-/// The smallest and largest of `values`; `None` when there are none.
-fn range(values: &[f64]) -> Option<(f64, f64)> {
-    let low = values.iter().copied().reduce(f64::min)?;
-    let high = values.iter().copied().reduce(f64::max)?;
-    Some((low, high))
+/// A figure measured in pairs: how many ratios, the smallest and the largest; `None` when
+/// it has none.
+fn spread(paired: &Value) -> Option<(usize, f64, f64)> {
+    let ratios: Vec<f64> = paired["ratios"]
+        .as_array()?
+        .iter()
+        .map(|v| v.as_f64().unwrap_or(f64::NAN))
+        .collect();
+    let low = ratios.iter().copied().reduce(f64::min)?;
+    let high = ratios.iter().copied().reduce(f64::max)?;
+    Some((ratios.len(), low, high))
 }
