@@ -17,8 +17,10 @@ use sublet_models::ModelCache;
 use sublet_turn_detect::TurnEvent;
 
 mod timeline;
+pub mod view;
 pub use sublet_agent::call_log::{read_call_record, CallLog, CallRecord};
 pub use timeline::{Recorded, TimelineFile};
+pub use view::{CallerRoom, ViewArgs};
 
 /// Where calls' records go: `SUBLET_RECORDS`, else `$XDG_STATE_HOME/sublet/calls`, else
 /// `~/.local/state/sublet/calls`, else `records` here.
@@ -115,7 +117,12 @@ pub struct CallArgs {
     pub media_timeout: f64,
     #[command(flatten)]
     pub records: RecordsArgs,
+    #[command(flatten)]
+    pub view: ViewArgs,
 }
+
+/// How often a live view gets what the caller has said so far (each costs a transcription).
+pub const PARTIAL_TRANSCRIPT_EVERY_S: f64 = 1.0;
 
 /// Where each call's record goes.
 #[derive(Args, Debug, Clone, Default)]
@@ -152,9 +159,14 @@ impl CallArgs {
         }
     }
 
-    /// The agent's configuration, on an engine shared with agents when `--api` is given.
+    /// The agent's configuration, on an engine shared with agents when `--api` is given;
+    /// with `--view`, partial transcripts each second for the page.
     pub fn config(&self) -> AgentConfig {
-        self.agent.config_sharing(self.api.shared())
+        let mut config = self.agent.config_sharing(self.api.shared());
+        if self.view.view.is_some() {
+            config.partial_transcripts_s = Some(PARTIAL_TRANSCRIPT_EVERY_S);
+        }
+        config
     }
 
     /// Loads the voice agent, starts a runtime, and serves the agents' API on it (when

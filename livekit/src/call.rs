@@ -17,6 +17,7 @@ use sublet_agent::CallObserver;
 use sublet_agent::Playout;
 use sublet_agent::TurnRecord;
 use sublet_agent::VoiceAgent;
+use sublet_agent::STAGE_NAMES;
 
 /// The rate the agent's voice is published at (Opus's own).
 const VOICE_RATE: u32 = 48_000;
@@ -91,19 +92,28 @@ impl Activity {
 /// The topic LiveKit's clients read transcriptions from.
 pub const TRANSCRIPTION_TOPIC: &str = "lk.transcription";
 
+/// The topic each turn's record goes out on as it ends (its transcript, reply, outcome and
+/// stage times, the JSON of a `TurnRecord`), for any client that shows a call's latency.
+pub const TURN_TOPIC: &str = "sublet.turn";
+
 /// What the room is told, in order.
 enum Announce {
     State(&'static str),
-    /// A final transcript: the caller's turn (on their behalf), or the agent's reply.
+    /// A transcript: the caller's turn so far (partial) or whole (final), sent on their
+    /// behalf, or the agent's reply (final).
     Transcript {
         from_caller: bool,
+        is_final: bool,
         text: String,
         segment: String,
     },
+    /// A turn's record as JSON, on [`TURN_TOPIC`].
+    Turn(String),
 }
 
-/// Passes the call's events on; says `thinking` when a turn ends and sends the turn's
-/// transcripts when it is answered.
+/// Passes the call's events on; says `thinking` when a turn ends, sends what the caller
+/// has said so far as partial transcripts, and the turn's transcripts and record when it
+/// is answered.
 struct RoomObserver<'a> {
     inner: &'a mut dyn CallObserver,
     announce: mpsc::UnboundedSender<Announce>,
@@ -132,6 +142,18 @@ impl CallObserver for RoomObserver<'_> {
         self.inner.interruption(interruption);
     }
 
+    fn partial_transcript(&mut self, text: &str) {
+        // The turn in progress is the one after the last answered.
+        let turn = self.activity.turns_answered.load(Ordering::Relaxed) + 1;
+        let _ = self.announce.send(Announce::Transcript {
+            from_caller: true,
+            is_final: false,
+            text: text.to_owned(),
+            segment: format!("SG_{turn}_user"),
+        });
+        self.inner.partial_transcript(text);
+    }
+
     fn turn_answered(&mut self, turn: &TurnRecord) {
         self.activity.turns_answered.fetch_add(1, Ordering::Relaxed);
         for (from_caller, text, side) in [
@@ -140,12 +162,31 @@ impl CallObserver for RoomObserver<'_> {
         ] {
             let _ = self.announce.send(Announce::Transcript {
                 from_caller,
+                is_final: true,
                 text: text.clone(),
                 segment: format!("SG_{}_{side}", turn.index),
             });
         }
+        let _ = self
+            .announce
+            .send(Announce::Turn(turn_message(turn).to_string()));
         self.inner.turn_answered(turn);
     }
+}
+
+/// What goes out on [`TURN_TOPIC`]: the turn's record, and each stage's own latency and
+/// voice to voice as the agent computes them, so that every client shows the same figures.
+fn turn_message(turn: &TurnRecord) -> serde_json::Value {
+    let stages: Vec<serde_json::Value> = STAGE_NAMES
+        .iter()
+        .zip(turn.stage_latencies())
+        .map(|(stage, s)| serde_json::json!({ "stage": stage, "s": s }))
+        .collect();
+    serde_json::json!({
+        "record": turn,
+        "stages": stages,
+        "voice_to_voice_s": turn.voice_to_voice_s(),
+    })
 }
 
 /// [`crate::LiveKitAgent::answer_room_until`].
@@ -181,6 +222,7 @@ pub(crate) fn answer_room_until(
                     Announce::State(state) => room.set_attributes(&[(AGENT_STATE, state)]).await,
                     Announce::Transcript {
                         from_caller,
+                        is_final,
                         text,
                         segment,
                     } => {
@@ -190,7 +232,10 @@ pub(crate) fn answer_room_until(
                             .clone();
                         let sender = if from_caller { caller.as_deref() } else { None };
                         let attributes = [
-                            ("lk.transcription_final", "true"),
+                            (
+                                "lk.transcription_final",
+                                if is_final { "true" } else { "false" },
+                            ),
                             ("lk.segment_id", segment.as_str()),
                         ];
                         if let Err(e) = room
@@ -198,6 +243,11 @@ pub(crate) fn answer_room_until(
                             .await
                         {
                             tracing::warn!("room: a transcript was not sent: {e:#}");
+                        }
+                    }
+                    Announce::Turn(json) => {
+                        if let Err(e) = room.send_text(TURN_TOPIC, &json, &[], None).await {
+                            tracing::warn!("room: a turn's record was not sent: {e:#}");
                         }
                     }
                 }
@@ -223,7 +273,7 @@ pub(crate) fn answer_room_until(
                 let _ = speaker_states.send(Announce::State(state));
             }
             voice.send(&frame).await?;
-            if *answered.borrow() && !speaker_playout.pending() {
+            if *answered.borrow() && played_out(&speaker_playout) {
                 break;
             }
         }
@@ -348,11 +398,41 @@ pub(crate) fn answer_room_until(
     })
 }
 
+/// Whether the agent's voice has nothing more to play once the pipeline is done: what is
+/// queued plays out, unless it is paused, since nothing is left to resume it (a call that
+/// panicked while the caller spoke over the agent kept its speaker, and so the call and a
+/// worker's drain, waiting forever).
+fn played_out(playout: &Playout) -> bool {
+    !playout.speaking()
+}
+
 /// What a panic carried, as text.
 pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
         (Some(text), _) => (*text).to_owned(),
         (_, Some(text)) => text.clone(),
         _ => "(no message)".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_paused_reply_does_not_keep_a_finished_call() {
+        let playout = Playout::new(VOICE_RATE);
+        let speech = sublet_audio::Audio::new(vec![0.1; VOICE_RATE as usize], VOICE_RATE);
+        playout.push(1, "Hello there.", &speech);
+        assert!(!played_out(&playout), "queued speech plays out first");
+        playout.pause();
+        assert!(
+            played_out(&playout),
+            "paused speech has no one left to resume it"
+        );
+        playout.resume();
+        let mut frame = vec![0.0; VOICE_RATE as usize];
+        playout.pull(&mut frame);
+        assert!(played_out(&playout));
     }
 }

@@ -25,7 +25,7 @@ mod publish;
 mod token;
 mod worker;
 
-pub use call::{CallOptions, RoomCall};
+pub use call::{CallOptions, RoomCall, AGENT_STATE, TRANSCRIPTION_TOPIC, TURN_TOPIC};
 pub use connection::{RoomConnection, RoomEvent};
 pub use ended::{CallEnd, WorkerEnd};
 pub use publish::AudioPublisher;

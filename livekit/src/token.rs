@@ -58,6 +58,24 @@ impl LiveKitCredentials {
             .context("signing the agent's access token")
     }
 
+    /// A token for a caller to join `room` as `identity` (a browser, say): publish,
+    /// subscribe and send data, for an hour.
+    pub fn caller_token(&self, room: &str, identity: &str) -> Result<String> {
+        AccessToken::with_api_key(&self.api_key, &self.api_secret)
+            .with_identity(identity)
+            .with_ttl(Duration::from_secs(3600))
+            .with_grants(VideoGrants {
+                room_join: true,
+                room: room.into(),
+                can_publish: Some(true),
+                can_subscribe: Some(true),
+                can_publish_data: Some(true),
+                ..Default::default()
+            })
+            .to_jwt()
+            .context("signing the caller's access token")
+    }
+
     /// A token to register as an agent worker at `<url>/agent`: the `agent` grant, no room.
     pub fn worker_token(&self) -> Result<String> {
         AccessToken::with_api_key(&self.api_key, &self.api_secret)

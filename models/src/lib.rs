@@ -146,11 +146,17 @@ pub const AIPERF_ENV: &str = "aiperf/venv";
 pub const AIPERF_PACKAGE: &str = "aiperf==0.13.0";
 /// The package installed into [`LLAMA_CPP_ENV`], pinned.
 pub const LLAMA_CPP_PACKAGE: &str = "llama-cpp-python==0.3.36";
-/// A Node.js package folder with LiveKit's official client SDK (it carries LiveKit's own
-/// WebRTC), which the LiveKit tests call as the caller.
+/// A Node.js package folder with LiveKit's official client SDKs: the Node one (it carries
+/// LiveKit's own WebRTC), which the LiveKit tests call as the caller, and the browser one,
+/// which the live page serves (`--view`); and puppeteer-core, which drives Chromium in the
+/// page's test.
 pub const NODE_ENV: &str = "node";
 /// The npm packages setup installs into [`NODE_ENV`], pinned.
-pub const NODE_PACKAGES: &[&str] = &["@livekit/rtc-node@1.1.0"];
+pub const NODE_PACKAGES: &[&str] = &[
+    "@livekit/rtc-node@1.1.0",
+    "livekit-client@2.23.0",
+    "puppeteer-core@24.43.1",
+];
 
 /// The cache folder and the paths of the files in it.
 #[derive(Debug, Clone)]

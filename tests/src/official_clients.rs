@@ -1,6 +1,7 @@
 //! LiveKit's official clients, run by the tests: the Node SDK as a caller
-//! (`clients/livekit_caller.cjs`) and the Agents framework as a worker
-//! (`clients/livekit_worker.py`).
+//! (`clients/livekit_caller.cjs`), the Agents framework as a worker
+//! (`clients/livekit_worker.py`), and the browser SDK in headless Chromium on the live page
+//! (`clients/view_browser.cjs`).
 
 use std::path::Path;
 use std::process::Command;
@@ -54,6 +55,41 @@ pub fn livekit_caller(url: &str, token: &str, args: &[&str]) -> (bool, Vec<Value
             .node_modules()
             .expect("setup installed the node clients"),
     );
+    run_client(node)
+}
+
+/// Where the browser test finds Chromium: `SUBLET_CHROMIUM`, else Debian's `chromium`
+/// (setup installs it).
+pub fn chromium() -> std::path::PathBuf {
+    std::env::var_os("SUBLET_CHROMIUM")
+        .map(Into::into)
+        .unwrap_or_else(|| "/usr/bin/chromium".into())
+}
+
+/// Opens the live page at `page_url` in headless Chromium (puppeteer-core), its fake
+/// microphone playing `wav`, until it shows a whole answered turn or `seconds` pass; writes
+/// a screenshot to `screenshot`. Returns the script's exit status and what the page showed.
+pub fn browser_page(
+    page_url: &str,
+    wav: &Path,
+    screenshot: &Path,
+    seconds: u32,
+) -> (bool, Vec<Value>) {
+    let cache = ModelCache::from_env();
+    let script = crate_dir().join("clients/view_browser.cjs");
+    let mut node = Command::new("node");
+    node.arg(script)
+        .arg(page_url)
+        .arg(chromium())
+        .arg(wav)
+        .arg(screenshot)
+        .arg(seconds.to_string())
+        .env(
+            "NODE_PATH",
+            cache
+                .node_modules()
+                .expect("setup installed the node clients"),
+        );
     run_client(node)
 }
 

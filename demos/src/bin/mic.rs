@@ -127,7 +127,7 @@ fn run(args: Args) -> Result<()> {
     let mut config = args.agent.config();
     // Half duplex: the agent cannot hear the caller over itself.
     config.interruptions.enabled &= args.full_duplex;
-    config.partial_transcripts_s = Some(1.0);
+    config.partial_transcripts_s = Some(sublet_demos::PARTIAL_TRANSCRIPT_EVERY_S);
     let agent = args.scheduler.voice_agent_with(config)?;
 
     let mut playout = None;

@@ -1,10 +1,11 @@
 //! Joins one LiveKit room now and answers the caller there, then leaves when they do. With
 //! `--api ADDR` it also serves coding agents the OpenAI-compatible API on the call's engine,
-//! make-room and the turn hint on.
+//! make-room and the turn hint on. With `--view ADDR` it serves a page that joins the room
+//! as the caller from a browser and shows the call live (`sublet_demos::view`).
 //!
 //! ```text
 //! room --url URL --token TOKEN [--api ADDR]
-//! room --room NAME [--api ADDR]   (with LIVEKIT_URL, LIVEKIT_API_KEY and LIVEKIT_API_SECRET)
+//! room --room NAME [--api ADDR] [--view ADDR]   (with LIVEKIT_URL, LIVEKIT_API_KEY and LIVEKIT_API_SECRET)
 //! ```
 
 use std::process::ExitCode;
@@ -12,7 +13,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Result};
 use clap::Parser;
 use sublet_agent::turn_table;
-use sublet_demos::{CallArgs, Progress, Recorded};
+use sublet_demos::{CallArgs, CallerRoom, Progress, Recorded};
 use sublet_livekit::{LiveKitAgent, LiveKitCredentials};
 
 #[derive(Parser, Debug)]
@@ -36,9 +37,12 @@ struct Args {
 }
 
 fn run(args: Args) -> Result<()> {
-    let (url, token) = match (args.token.clone(), args.room.clone()) {
+    let (url, token, caller_room) = match (args.token.clone(), args.room.clone()) {
+        (Some(_), _) if args.call.view.view.is_some() => {
+            bail!("--view needs --room and LiveKit's key and secret, to mint the page's caller a token")
+        }
         (Some(token), _) => match args.url {
-            Some(url) => (url, token),
+            Some(url) => (url, token, CallerRoom::None),
             None => bail!("--token needs --url (or LIVEKIT_URL)"),
         },
         (None, Some(room)) => {
@@ -47,13 +51,17 @@ fn run(args: Args) -> Result<()> {
                 credentials.url = url;
             }
             let token = credentials.agent_token(&room, &args.identity)?;
-            (credentials.url, token)
+            let url = credentials.url.clone();
+            (url, token, CallerRoom::Fixed { credentials, room })
         }
         (None, None) => {
             bail!("give --url and --token, or --room NAME with LiveKit's environment variables")
         }
     };
     let (agent, runtime) = args.call.start("room")?;
+    args.call
+        .view
+        .spawn("room", runtime.handle(), &agent.engine, caller_room)?;
     eprintln!("room: joining {url}");
     let options = args.call.room_options();
     let fields = serde_json::Map::from_iter([("url".to_string(), url.clone().into())]);

@@ -3,7 +3,9 @@
 //!
 //! ```text
 //! serve [--addr 127.0.0.1:8000] [--api-key KEY] [--api-max-in-flight 64] [--api-priority-floor 1]
-//!       [--make-room all [--kv-budget 4096] [--chunk 16]]
+//!       [--make-room all [--kv-budget 4096] [--chunk 16]] [--view ADDR]
+//!
+//! With `--view ADDR` a page shows the engine live (`sublet_demos::view`).
 //! ```
 
 use std::net::SocketAddr;
@@ -12,7 +14,7 @@ use std::sync::Arc;
 
 use anyhow::Result;
 use clap::Parser;
-use sublet_demos::{api_router, listen, ApiLimitArgs, SchedulerArgs};
+use sublet_demos::{api_router, listen, ApiLimitArgs, CallerRoom, SchedulerArgs, ViewArgs};
 use sublet_engine::server::{serve, ConnectionLimits};
 use sublet_engine::Engine;
 use sublet_models::ModelCache;
@@ -30,6 +32,8 @@ struct Args {
     limits: ApiLimitArgs,
     #[command(flatten)]
     scheduler: SchedulerArgs,
+    #[command(flatten)]
+    view: ViewArgs,
 }
 
 fn run(args: Args) -> Result<()> {
@@ -40,6 +44,8 @@ fn run(args: Args) -> Result<()> {
         .worker_threads(2)
         .enable_all()
         .build()?;
+    args.view
+        .spawn("serve", runtime.handle(), &engine, CallerRoom::None)?;
     runtime.block_on(async {
         let listener = listen(args.addr).await?;
         eprintln!(

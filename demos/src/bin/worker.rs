@@ -2,10 +2,11 @@
 //! several at once on the one engine. SIGTERM (or Ctrl-C) drains it: it declines new jobs,
 //! lets each call finish the turn in progress, hangs up, and exits. With `--api ADDR` it
 //! also serves coding agents the OpenAI-compatible API on the calls' engine, make-room and
-//! the turn hint on.
+//! the turn hint on. With `--view ADDR` it serves a page whose every visit calls a new room
+//! from the browser and shows the call live (`sublet_demos::view`).
 //!
 //! ```text
-//! worker [--agent-name NAME] [--max-calls N] [--api ADDR]   (with LIVEKIT_URL, LIVEKIT_API_KEY, LIVEKIT_API_SECRET)
+//! worker [--agent-name NAME] [--max-calls N] [--api ADDR] [--view ADDR]   (with LIVEKIT_URL, LIVEKIT_API_KEY, LIVEKIT_API_SECRET)
 //! ```
 
 use std::process::ExitCode;
@@ -13,7 +14,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 use clap::Parser;
 use sublet_agent::{turn_table, CallObserver};
-use sublet_demos::{CallArgs, Progress, Recorded};
+use sublet_demos::{CallArgs, CallerRoom, Progress, Recorded};
 use sublet_livekit::{LiveKitAgent, LiveKitCredentials, WorkerOptions};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
@@ -40,6 +41,15 @@ fn run(args: Args) -> Result<()> {
         credentials.url = url;
     }
     let (agent, runtime) = args.call.start("worker")?;
+    // Each visit to the page calls a new room, which LiveKit gives a worker taking every
+    // new room (no `--agent-name`).
+    let view_room = CallerRoom::PerVisit {
+        credentials: credentials.clone(),
+        prefix: "sublet-view".into(),
+    };
+    args.call
+        .view
+        .spawn("worker", runtime.handle(), &agent.engine, view_room)?;
     let (drain_tx, drain) = watch::channel(false);
     runtime.spawn(async move {
         let (Ok(mut term), Ok(mut interrupt)) = (

@@ -342,9 +342,12 @@ async fn handle(
     match request {
         Some(Request::Offer(offer)) => {
             let answer = me.publisher.answer(offer.sdp).await?;
+            // The answer names the offer it answers: LiveKit's browser SDK waits for its
+            // offer's id to come back before a track's publication completes.
             me.send(Reply::Answer(proto::SessionDescription {
                 r#type: "answer".into(),
                 sdp: answer,
+                id: offer.id,
                 ..Default::default()
             }));
         }

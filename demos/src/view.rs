@@ -1,0 +1,212 @@
+//! The call as a person sees it (`--view ADDR`): a page served by the process that answers
+//! the calls, which joins the LiveKit room as the caller with LiveKit's own browser SDK,
+//! publishes the microphone and plays the agent, and shows what the room carries (the
+//! agent's state, partial and final transcripts, each turn's record on
+//! [`sublet_livekit::TURN_TOPIC`]) beside the engine's state, polled from this process.
+//!
+//! Routes:
+//! - `/`, `/view.js`: the page (`demos/static/`, compiled in);
+//! - `/livekit-client.js`: npm `livekit-client`'s browser build, from the Node folder setup
+//!   fills in the model cache (nothing is fetched from elsewhere at run time);
+//! - `/session`: a LiveKit URL and a fresh caller's token for the call's room, or 404 where
+//!   this process answers no calls (`serve`: the page then shows the engine alone);
+//! - `/engine`: the engine's state as JSON ([`engine_state`]).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use clap::Args;
+use serde_json::{json, Value};
+use sublet_engine::Engine;
+use sublet_livekit::LiveKitCredentials;
+use sublet_models::ModelCache;
+
+use crate::listen;
+
+const PAGE: &str = include_str!("../static/view.html");
+const SCRIPT: &str = include_str!("../static/view.js");
+
+/// Serve the live page.
+#[derive(Args, Debug, Clone, Default)]
+pub struct ViewArgs {
+    /// Serve a page that joins the call as the caller and shows it live (transcripts, the
+    /// agent's state, each turn's stage times, the engine), at this address (for example
+    /// 127.0.0.1:8080). The agent then also sends partial transcripts.
+    #[arg(long, value_name = "ADDR")]
+    pub view: Option<SocketAddr>,
+}
+
+/// Which room the page's caller joins.
+#[derive(Debug, Clone)]
+pub enum CallerRoom {
+    /// The one room this process answers (`room`).
+    Fixed {
+        credentials: LiveKitCredentials,
+        room: String,
+    },
+    /// A new room for each visit, `<prefix>-<n>`, which LiveKit dispatches to a worker
+    /// (`worker`).
+    PerVisit {
+        credentials: LiveKitCredentials,
+        prefix: String,
+    },
+    /// No calls here (`serve`): the page shows the engine alone.
+    None,
+}
+
+/// What the page's routes share.
+struct View {
+    engine: Arc<Engine>,
+    room: CallerRoom,
+    client_js: Vec<u8>,
+    visits: AtomicU64,
+}
+
+impl ViewArgs {
+    /// Listens on `--view`, if given, and serves the page on `runtime` until the process
+    /// ends; returns the address it listens on.
+    pub fn spawn(
+        &self,
+        program: &'static str,
+        runtime: &tokio::runtime::Handle,
+        engine: &Arc<Engine>,
+        room: CallerRoom,
+    ) -> Result<Option<SocketAddr>> {
+        let Some(addr) = self.view else {
+            return Ok(None);
+        };
+        let app = router(engine.clone(), room, &ModelCache::from_env())?;
+        let listener = runtime.block_on(listen(addr))?;
+        let local = listener.local_addr()?;
+        eprintln!("{program}: the live page on http://{local}/");
+        runtime.spawn(async move {
+            if let Err(e) = axum::serve(listener, app).await {
+                tracing::warn!("the live page's server stopped: {e}");
+            }
+        });
+        Ok(Some(local))
+    }
+}
+
+/// Where setup put `livekit-client`'s browser build.
+pub fn livekit_client_js(cache: &ModelCache) -> Result<PathBuf> {
+    let path = cache
+        .node_modules()?
+        .join("livekit-client/dist/livekit-client.umd.js");
+    anyhow::ensure!(
+        path.is_file(),
+        "{} is missing: run `cargo xtask setup` (it installs npm livekit-client)",
+        path.display()
+    );
+    Ok(path)
+}
+
+/// The page's routes over `engine`, its caller joining `room`.
+pub fn router(engine: Arc<Engine>, room: CallerRoom, cache: &ModelCache) -> Result<Router> {
+    let path = livekit_client_js(cache)?;
+    let client_js = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+    let view = Arc::new(View {
+        engine,
+        room,
+        client_js,
+        visits: AtomicU64::new(0),
+    });
+    Ok(Router::new()
+        .route("/", get(page))
+        .route("/view.js", get(script))
+        .route("/livekit-client.js", get(client))
+        .route("/session", get(session))
+        .route("/engine", get(engine_route))
+        .route("/favicon.ico", get(|| async { StatusCode::NO_CONTENT }))
+        .with_state(view))
+}
+
+async fn page() -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], PAGE)
+}
+
+async fn script() -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "text/javascript")], SCRIPT)
+}
+
+async fn client(State(view): State<Arc<View>>) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/javascript")],
+        view.client_js.clone(),
+    )
+}
+
+async fn session(State(view): State<Arc<View>>) -> Response {
+    let visit = view.visits.fetch_add(1, Ordering::Relaxed) + 1;
+    let identity = format!("caller-{visit}");
+    let (credentials, room) = match &view.room {
+        CallerRoom::Fixed { credentials, room } => (credentials, room.clone()),
+        CallerRoom::PerVisit {
+            credentials,
+            prefix,
+        } => (credentials, format!("{prefix}-{visit}")),
+        CallerRoom::None => {
+            return (
+                StatusCode::NOT_FOUND,
+                "this process answers no calls: the page shows the engine alone",
+            )
+                .into_response()
+        }
+    };
+    match credentials.caller_token(&room, &identity) {
+        Ok(token) => Json(json!({
+            "url": credentials.url,
+            "room": room,
+            "identity": identity,
+            "token": token,
+        }))
+        .into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}")).into_response(),
+    }
+}
+
+async fn engine_route(State(view): State<Arc<View>>) -> Json<Value> {
+    Json(engine_state(&view.engine))
+}
+
+/// The engine as the page shows it: KV use against the budget, requests running and
+/// waiting by priority, make-room's counters, and the process's memory.
+pub fn engine_state(engine: &Engine) -> Value {
+    let state = engine.scheduler_state();
+    let by_priority = |list: &[(i32, usize)]| -> Value {
+        list.iter()
+            .map(|(priority, n)| json!({ "priority": priority, "requests": n }))
+            .collect()
+    };
+    let c = &state.counters;
+    json!({
+        "model": engine.model_name(),
+        "make_room": state.make_room,
+        "kv": { "used_tokens": state.kv_used_tokens, "budget_tokens": state.kv_budget_tokens },
+        "running": by_priority(&state.running_by_priority),
+        "waiting": by_priority(&state.waiting_by_priority),
+        "counters": {
+            "kv_preemptions": c.kv_preemptions,
+            "held_request_steps": c.held_request_steps,
+            "hints_seen": c.hints_seen,
+            "prefill_chunks": c.prefill_chunks,
+        },
+        "memory": { "resident_bytes": resident_bytes() },
+    })
+}
+
+/// The process's resident memory (Linux), else null.
+fn resident_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
