@@ -341,7 +341,7 @@ impl AgentArgs {
 /// Runs a demo: the libraries' warnings (through `tracing`) printed on stderr, then `run`;
 /// success, or its error (with causes) after the demo's name and a failing status.
 pub fn main(program: &str, run: impl FnOnce() -> Result<()>) -> ExitCode {
-    sublet_agent::allocator::one_arena_per_core();
+    sublet_agent::allocator::for_long_running_process();
     let _ = tracing_subscriber::fmt()
         .with_max_level(tracing_subscriber::filter::LevelFilter::WARN)
         .with_writer(std::io::stderr)

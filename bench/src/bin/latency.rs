@@ -309,7 +309,7 @@ fn print_table(results: &[ConfigRun]) {
 
 fn main() -> ExitCode {
     // Calls run here, each on threads of its own.
-    sublet_agent::allocator::one_arena_per_core();
+    sublet_agent::allocator::for_long_running_process();
     match run(Args::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -101,7 +101,7 @@ fn counter(metrics: &str, name: &str) -> u64 {
 
 fn main() -> Result<()> {
     // Calls run here, each on threads of its own.
-    sublet_agent::allocator::one_arena_per_core();
+    sublet_agent::allocator::for_long_running_process();
     let args = Args::parse();
     let cache = ModelCache::from_env();
     eprintln!("load: loading the bundled engine, make-room on");

@@ -108,7 +108,7 @@ impl CallObserver for SoakObserver {
 
 fn main() -> Result<()> {
     // Calls run here, each on threads of its own.
-    sublet_agent::allocator::one_arena_per_core();
+    sublet_agent::allocator::for_long_running_process();
     let args = Args::parse();
     let records = args.out.join("records");
     std::fs::create_dir_all(&records)?;
