@@ -25,6 +25,15 @@ pub fn for_long_running_process() {
     return_free_memory_every(TRIM_EVERY);
 }
 
+/// The longest [`return_free_memory_every`]'s trims took, µs: while one runs, a thread
+/// that allocates in the arena being trimmed waits.
+static LONGEST_TRIM_US: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The longest a trim has taken so far (zero before the first, or off glibc).
+pub fn longest_trim() -> Duration {
+    Duration::from_micros(LONGEST_TRIM_US.load(std::sync::atomic::Ordering::Relaxed))
+}
+
 /// Starts a thread that hands the arenas' free pages back to the system every `period`
 /// (glibc's `malloc_trim`); elsewhere than glibc it does nothing.
 pub fn return_free_memory_every(period: Duration) {
@@ -37,7 +46,9 @@ pub fn return_free_memory_every(period: Duration) {
                 let at = std::time::Instant::now();
                 // SAFETY: malloc_trim only returns free memory; it takes each arena's lock.
                 unsafe { libc::malloc_trim(0) };
-                tracing::trace!(took_us = at.elapsed().as_micros() as u64, "malloc_trim");
+                let took_us = at.elapsed().as_micros() as u64;
+                LONGEST_TRIM_US.fetch_max(took_us, std::sync::atomic::Ordering::Relaxed);
+                tracing::trace!(took_us, "malloc_trim");
             });
         if let Err(e) = started {
             tracing::warn!("the thread that returns free memory did not start: {e}");
@@ -68,7 +79,8 @@ pub fn one_arena_per_core() {
 pub struct HeapFigures {
     /// Chunks in use in the arenas (small and mid-sized allocations).
     pub arena_in_use: u64,
-    /// Chunks freed but kept by the arenas: resident memory the program does not use.
+    /// Chunks freed but kept by the arenas: memory the program does not use, resident
+    /// unless `malloc_trim` has returned its pages (it stays counted here).
     pub arena_free: u64,
     /// Large blocks mapped on their own (freed straight back to the system); their pages
     /// count as resident only once touched.

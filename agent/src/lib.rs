@@ -18,7 +18,8 @@
 //! - `live.rs`: a live caller, answered while their audio keeps coming;
 //! - [`barge_in`]: when the caller talking over the agent stops it (pure rules);
 //! - [`playout`]: the agent's speech queued for real-time playing, pausable and cut short;
-//! - [`livekit`]: the agent in a LiveKit room.
+//! - [`persona`]: who the agent is (instructions, greeting, fallback phrase, voice), from a
+//!   TOML file;
 
 pub mod allocator;
 pub mod barge_in;
@@ -29,6 +30,7 @@ pub mod dispatch;
 mod early_transcript;
 mod history;
 mod live;
+pub mod persona;
 pub mod playout;
 pub mod record;
 pub mod responder;
@@ -47,6 +49,7 @@ use sublet_turn_detect::{EndpointConfig, TurnDetector};
 pub use barge_in::InterruptionConfig;
 pub use call::{CallObserver, CallOutcome, Pacing, Quiet, ReplyTrack};
 pub use live::{Interruption, InterruptionOutcome};
+pub use persona::{Persona, VoiceSettings};
 pub use playout::Playout;
 pub use record::{stage_medians, turn_table, TurnOutcome, TurnRecord, STAGE_NAMES};
 pub use responder::{
@@ -102,6 +105,11 @@ pub struct AgentConfig {
     /// transcript, engine or synthesis failure, a late reply); the call goes on. Empty:
     /// say nothing.
     pub fallback_phrase: String,
+    /// What the agent says as a live call begins, once the caller's audio arrives (a
+    /// persona's greeting). Empty by default: the agent waits for the caller.
+    pub greeting: String,
+    /// How the agent's voice sounds (a persona's); the voice's own by default.
+    pub voice: VoiceSettings,
     /// Faults injected into chosen turns (tests, the soak). None by default.
     pub faults: TurnFaults,
 }
@@ -129,6 +137,8 @@ impl Default for AgentConfig {
             partial_transcripts_s: None,
             reply_deadline_s: Some(8.0),
             fallback_phrase: "Sorry, could you say that again?".into(),
+            greeting: String::new(),
+            voice: VoiceSettings::default(),
             faults: TurnFaults::default(),
         }
     }
@@ -191,9 +201,16 @@ impl VoiceAgent {
 
     /// A replier for a new call (its own transcriber, voice and chat history).
     pub fn new_responder(&self) -> Result<Responder> {
+        let mut voice = Voice::load(&self.cache)?;
+        let own = voice.default_prosody();
+        let settings = self.config.voice;
+        voice.set_prosody(sublet_tts::Prosody {
+            length_scale: settings.length_scale.unwrap_or(own.length_scale),
+            noise_scale: settings.noise_scale.unwrap_or(own.noise_scale),
+        });
         Ok(Responder::new(
             self.transcriber()?,
-            Voice::load(&self.cache)?,
+            voice,
             self.engine.clone(),
             self.config.clone(),
         ))

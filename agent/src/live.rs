@@ -104,6 +104,10 @@ impl VoiceAgent {
                             .checked_sub(queued)
                             .unwrap_or_else(Instant::now),
                     );
+                    // Someone is there: the agent greets them, if it has a greeting.
+                    if !self.config.greeting.trim().is_empty() {
+                        send(TurnWork::Greet)?;
+                    }
                 }
                 pending.extend_from_slice(&piece);
                 while pending.len() >= FRAME {

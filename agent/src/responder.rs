@@ -21,6 +21,8 @@ use crate::sentence::{speakable, ReplyLimit, SentenceSplitter};
 use crate::turn_failure::{AtStage, TurnFailure};
 use crate::AgentConfig;
 
+mod greeting;
+
 /// A caller turn the detector judged over.
 #[derive(Debug, Clone)]
 pub struct FinishedTurn {
@@ -157,6 +159,8 @@ pub enum TurnWork {
     Discard,
     /// The turn is over: answer it, with the held reply when there is one.
     Answer(FinishedTurn),
+    /// The call has begun: say the greeting (`AgentConfig::greeting`), if there is one.
+    Greet,
 }
 
 /// Numbers the calls of this process, for the engine's sessions.
@@ -192,6 +196,10 @@ impl Responder {
                 Ok(None)
             }
             TurnWork::Answer(turn) => self.respond(turn, out),
+            TurnWork::Greet => {
+                self.greet(out);
+                Ok(None)
+            }
         }
     }
 

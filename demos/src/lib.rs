@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use sublet_agent::{AgentConfig, CallObserver, TurnRecord, VoiceAgent};
+use sublet_agent::{AgentConfig, CallObserver, Persona, TurnRecord, VoiceAgent};
 use sublet_engine::make_room::{PolicyConfig, Switches};
 use sublet_engine::server::{router, serve, ConnectionLimits, Metrics, ServerConfig};
 use sublet_engine::{Engine, EngineConfig, AGENT_PRIORITY, VOICE_PRIORITY};
@@ -308,6 +308,14 @@ pub struct AgentArgs {
     /// The caller cannot interrupt the agent.
     #[arg(long)]
     pub no_interruptions: bool,
+    /// Who the agent is: its instructions, greeting, fallback phrase and voice, from a TOML
+    /// file (`demos/personas/booking.toml` is an example); the built-in assistant without.
+    #[arg(long, value_name = "FILE", value_parser = read_persona)]
+    pub persona: Option<Persona>,
+}
+
+fn read_persona(path: &str) -> Result<Persona, String> {
+    Persona::load(std::path::Path::new(path)).map_err(|e| format!("{e:#}"))
 }
 
 impl AgentArgs {
@@ -320,7 +328,7 @@ impl AgentArgs {
     /// the turn hint is on unless `--no-turn-hints`.
     pub fn config_sharing(&self, shared: bool) -> AgentConfig {
         let defaults = AgentConfig::default();
-        AgentConfig {
+        let config = AgentConfig {
             turn_hints: self.turn_hints || (shared && !self.no_turn_hints),
             preemptive_generation: !self.no_preemptive,
             early_transcript: !self.no_early_transcript,
@@ -334,6 +342,10 @@ impl AgentArgs {
                 ..defaults.interruptions.clone()
             },
             ..defaults
+        };
+        match &self.persona {
+            Some(persona) => persona.apply(config),
+            None => config,
         }
     }
 }
@@ -421,6 +433,21 @@ mod tests {
             Cli::try_parse_from(["x"]).unwrap().scheduler.make_room,
             None
         );
+    }
+
+    #[test]
+    fn a_persona_file_sets_the_agent_and_a_bad_one_is_a_clear_error() {
+        let example = concat!(env!("CARGO_MANIFEST_DIR"), "/personas/booking.toml");
+        let cli = CallCli::try_parse_from(["x", "--persona", example]).unwrap();
+        let config = cli.call.config();
+        assert!(config.greeting.starts_with("Harbour Hotel"), "{config:?}");
+        assert!(config.system_prompt.contains("Harbour Hotel"));
+        assert_eq!(config.voice.length_scale, Some(1.1));
+        let missing = CallCli::try_parse_from(["x", "--persona", "/no/such/persona.toml"])
+            .err()
+            .expect("a missing persona is refused")
+            .to_string();
+        assert!(missing.contains("/no/such/persona.toml"), "{missing}");
     }
 
     #[derive(Parser)]

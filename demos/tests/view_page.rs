@@ -9,31 +9,60 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
+use sublet_agent::CallObserver;
 use sublet_agent::{AgentConfig, Quiet, VoiceAgent};
-use sublet_audio::{read_wav, write_wav, Audio};
+use sublet_audio::write_wav;
 use sublet_demos::{CallerRoom, ViewArgs, PARTIAL_TRANSCRIPT_EVERY_S};
 use sublet_engine::make_room::{PolicyConfig, Switches};
 use sublet_engine::{Engine, EngineConfig, VOICE_PRIORITY};
-use sublet_livekit::{CallOptions, LiveKitAgent};
+use sublet_livekit::{CallOptions, LiveKitAgent, WorkerOptions};
 use sublet_livekit_testserver::TestServer;
 use sublet_models::ModelCache;
-use sublet_tests::official_clients::{browser_page, recorded_question};
+use sublet_tests::official_clients::{browser_page, question_between_quiet};
 
 const KEY: &str = "devkey";
 const SECRET: &str = "a-secret-long-enough-for-hs256-signing";
 const ROOM: &str = "view-1";
+/// The worker's agent name, which the test server dispatches to.
+const WORKER_NAME: &str = "sublet";
+
+/// How the page's caller reaches the agent.
+#[derive(Clone, Copy, PartialEq)]
+enum Answered {
+    /// `room --view`: the agent is in the page's room already.
+    ByRoom,
+    /// `worker --view`: each visit calls a new room, which is dispatched to the worker.
+    ByWorker,
+}
 
 #[test]
 fn the_page_shows_a_call_answered_in_the_browser() {
+    a_call_on_the_page(Answered::ByRoom);
+}
+
+#[test]
+fn a_visit_to_a_workers_page_calls_a_new_room_that_the_worker_answers() {
+    a_call_on_the_page(Answered::ByWorker);
+}
+
+fn a_call_on_the_page(answered: Answered) {
+    // One browser call at a time: two on two cores would only slow both.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let cache = ModelCache::from_env();
     let dir = std::env::temp_dir().join(format!("sublet-view-{}", std::process::id()));
-    // The question after 3 s of quiet (the page joins and publishes meanwhile), then quiet
-    // for the answer.
-    let question = read_wav(recorded_question(&cache, &dir)).unwrap();
-    let quiet = |s: f64| vec![0.0; (s * question.rate as f64) as usize];
-    let samples = [quiet(3.0), question.samples.clone(), quiet(6.0)].concat();
+    // The question after some quiet (the page publishes meanwhile, and a worker's agent,
+    // dispatched once the page is in the room, joins), then quiet for the answer.
+    let quiet_before_s = match answered {
+        Answered::ByRoom => 3.0,
+        Answered::ByWorker => 8.0,
+    };
     let wav = dir.join("browser-question.wav");
-    write_wav(&wav, &Audio::new(samples, question.rate)).unwrap();
+    write_wav(
+        &wav,
+        &question_between_quiet(&cache, &dir, quiet_before_s, 6.0),
+    )
+    .unwrap();
 
     let server = TestServer::start(KEY, SECRET).unwrap();
     let credentials = server.credentials();
@@ -61,36 +90,78 @@ fn the_page_shows_a_call_answered_in_the_browser() {
     let view = ViewArgs {
         view: Some("127.0.0.1:0".parse().unwrap()),
     };
-    let room = CallerRoom::Fixed {
-        credentials: credentials.clone(),
-        room: ROOM.into(),
+    let (caller_room, room) = match answered {
+        Answered::ByRoom => (
+            CallerRoom::Fixed {
+                credentials: credentials.clone(),
+                room: ROOM.into(),
+            },
+            ROOM.to_owned(),
+        ),
+        Answered::ByWorker => (
+            CallerRoom::PerVisit {
+                credentials: credentials.clone(),
+                prefix: "sublet-view".into(),
+            },
+            "sublet-view-1".to_owned(),
+        ),
     };
     let addr = view
-        .spawn("view test", runtime.handle(), &engine, room)
+        .spawn("view test", runtime.handle(), &engine, caller_room)
         .unwrap()
         .expect("the page is served");
 
-    let screenshot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("view_page.png");
+    let name = match answered {
+        Answered::ByRoom => "view_page.png",
+        Answered::ByWorker => "view_page_worker.png",
+    };
+    let screenshot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
     let _ = std::fs::remove_file(&screenshot);
     let page_url = format!("http://{addr}/");
     let browser = {
         let (wav, screenshot) = (wav.clone(), screenshot.clone());
         std::thread::spawn(move || browser_page(&page_url, &wav, &screenshot, 120))
     };
-    let token = credentials.agent_token(ROOM, "sublet-agent").unwrap();
-    let options = CallOptions {
-        nobody_timeout: Duration::from_secs(60),
-        ..CallOptions::default()
+    let call = match answered {
+        Answered::ByRoom => {
+            let token = credentials.agent_token(ROOM, "sublet-agent").unwrap();
+            let options = CallOptions {
+                nobody_timeout: Duration::from_secs(60),
+                ..CallOptions::default()
+            };
+            agent
+                .answer_room(
+                    runtime.handle(),
+                    &credentials.url,
+                    &token,
+                    &options,
+                    &mut Quiet,
+                )
+                .unwrap()
+        }
+        Answered::ByWorker => {
+            let (drain_tx, drain) = tokio::sync::watch::channel(false);
+            let options = WorkerOptions {
+                agent_name: WORKER_NAME.into(),
+                max_calls: 1,
+                call: CallOptions::default(),
+            };
+            let quiet = |_: &str| -> Box<dyn CallObserver> { Box::new(Quiet) };
+            std::thread::scope(|scope| {
+                let worker = scope
+                    .spawn(|| agent.work(runtime.handle(), &credentials, &options, drain, &quiet));
+                let dispatched = dispatch_when_the_page_joins(&server, &room);
+                // Drained whatever happened, so that a failure ends the test, not hangs it.
+                drain_tx.send(true).unwrap();
+                let mut report = worker.join().unwrap().unwrap();
+                dispatched.unwrap();
+                assert_eq!(report.jobs.len(), 1, "{report:?}");
+                let job = report.jobs.remove(0);
+                assert_eq!(job.room, room);
+                job.call.unwrap()
+            })
+        }
     };
-    let call = agent
-        .answer_room(
-            runtime.handle(),
-            &credentials.url,
-            &token,
-            &options,
-            &mut Quiet,
-        )
-        .unwrap();
     let (ok, events) = browser.join().unwrap();
     eprintln!(
         "the call: {} turns, ended: {}",
@@ -144,7 +215,7 @@ fn the_page_shows_a_call_answered_in_the_browser() {
     assert_eq!(page["turns"][0]["bars"], 5, "one bar per stage");
     let status = page["status"].as_str().unwrap_or_default();
     assert!(
-        status.starts_with(&format!("in {ROOM} as caller-")),
+        status.starts_with(&format!("in {room} as caller-")),
         "the page never finished publishing the microphone: {status:?}"
     );
     let engine_text = page["engine"].as_str().unwrap_or_default();
@@ -156,4 +227,40 @@ fn the_page_shows_a_call_answered_in_the_browser() {
     let png = std::fs::read(&screenshot).expect("the screenshot was written");
     assert!(png.starts_with(b"\x89PNG"), "the screenshot is not a PNG");
     eprintln!("screenshot: {}", screenshot.display());
+}
+
+/// Once the worker has registered and the page's caller is in `room`, dispatches the
+/// worker there (the test server dispatches explicitly, where LiveKit's automatic
+/// dispatch would for a new room); returns when that call has ended.
+fn dispatch_when_the_page_joins(server: &TestServer, room: &str) -> Result<(), String> {
+    let started = std::time::Instant::now();
+    let wait = |what: &str, done: &dyn Fn() -> bool| -> Result<(), String> {
+        while !done() {
+            if started.elapsed() > Duration::from_secs(180) {
+                return Err(format!("timed out waiting for {what}"));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok(())
+    };
+    wait("the worker to register", &|| {
+        !server.worker_statuses().is_empty()
+    })?;
+    wait("the page's caller", &|| {
+        server
+            .participants(room)
+            .iter()
+            .any(|p| p.starts_with("caller-"))
+    })?;
+    server
+        .dispatch(room, WORKER_NAME)
+        .map_err(|e| format!("{e:#}"))?;
+    wait("the call to end", &|| {
+        server.jobs().iter().any(|j| {
+            matches!(
+                j.status,
+                livekit_protocol::JobStatus::JsSuccess | livekit_protocol::JobStatus::JsFailed
+            )
+        })
+    })
 }

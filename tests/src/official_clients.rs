@@ -29,6 +29,20 @@ pub fn recorded_question(cache: &ModelCache, dir: &Path) -> std::path::PathBuf {
     path
 }
 
+/// [`recorded_question`] with `before_s` of quiet before it and `after_s` after: time for
+/// a caller to join, or for a greeting, and for the reply.
+pub fn question_between_quiet(
+    cache: &ModelCache,
+    dir: &Path,
+    before_s: f64,
+    after_s: f64,
+) -> sublet_audio::Audio {
+    let question = sublet_audio::read_wav(recorded_question(cache, dir)).unwrap();
+    let quiet = |s: f64| vec![0.0; (s * question.rate as f64) as usize];
+    let samples = [quiet(before_s), question.samples, quiet(after_s)].concat();
+    sublet_audio::Audio::new(samples, question.rate)
+}
+
 /// An access token for `identity` to join `room`, valid for `ttl`.
 pub fn room_token(key: &str, secret: &str, identity: &str, room: &str, ttl: Duration) -> String {
     AccessToken::with_api_key(key, secret)

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use sublet_agent::{AgentConfig, Pacing, Quiet, VoiceAgent};
+use sublet_agent::{AgentConfig, Pacing, Persona, Quiet, VoiceAgent};
 use sublet_audio::{read_wav, SPEECH_RATE};
 use sublet_engine::make_room::{PolicyConfig, Switches};
 use sublet_engine::{
@@ -10,6 +10,7 @@ use sublet_engine::{
 };
 use sublet_models::ModelCache;
 use sublet_stt::{word_error_rate, Transcriber};
+use sublet_tests::official_clients::question_between_quiet;
 
 #[test]
 fn a_three_turn_call_gets_three_timed_replies() {
@@ -55,6 +56,37 @@ fn a_three_turn_call_gets_three_timed_replies() {
         wer < 0.35,
         "agent said {:?}, whisper heard {heard:?}",
         first.reply
+    );
+}
+
+#[test]
+fn a_persona_greets_a_live_caller_and_still_answers_the_turn() {
+    let cache = ModelCache::from_env();
+    let dir = std::env::temp_dir().join(format!("sublet-greeting-{}", std::process::id()));
+    // Five seconds of quiet for the greeting, then the question, then quiet for the reply.
+    let call = question_between_quiet(&cache, &dir, 5.0, 5.0);
+    let persona = Persona::parse(
+        "instructions = \"You answer the phone for a weather line. Be brief.\"\n\
+         greeting = \"Hello, thank you for calling. How can I help?\"",
+    )
+    .unwrap();
+    let agent = VoiceAgent::load(cache.clone(), persona.apply(AgentConfig::default())).unwrap();
+    let outcome = agent
+        .answer_recording(&call, Pacing::Realtime, SPEECH_RATE, &mut Quiet)
+        .unwrap();
+    println!("{}", sublet_agent::turn_table(&outcome.turns));
+    assert_eq!(outcome.turns.len(), 1, "{:#?}", outcome.turns);
+    let reply = &outcome.reply.audio.samples;
+    let rate = SPEECH_RATE as f64;
+    let greeting = &reply[..(4.5 * rate) as usize];
+    let mut stt = Transcriber::load(&cache).unwrap();
+    let heard = stt.transcribe(greeting).unwrap();
+    let wer = word_error_rate("Hello, thank you for calling. How can I help?", &heard);
+    assert!(wer < 0.35, "the call opened with {heard:?}");
+    let turn = &outcome.turns[0];
+    assert!(
+        turn.first_audio_s > 5.0 && !turn.reply.is_empty(),
+        "{turn:?}"
     );
 }
 

@@ -56,6 +56,20 @@ fn piper_speech_is_transcribed_back() {
 }
 
 #[test]
+fn a_slower_prosody_set_on_the_voice_speaks_slower() {
+    // A persona's `voice.length_scale` reaches Piper through `Voice::set_prosody`.
+    let mut voice = Voice::load(&cache()).unwrap();
+    let text = "Harbour Hotel bookings, good morning. Who am I speaking with?";
+    let own = voice.synthesize(text).unwrap().duration_s();
+    let mut slower = voice.default_prosody();
+    slower.length_scale *= 1.5;
+    voice.set_prosody(slower);
+    let slow = voice.synthesize(text).unwrap().duration_s();
+    let ratio = slow / own;
+    assert!((1.3..1.7).contains(&ratio), "{own:.2} s, then {slow:.2} s");
+}
+
+#[test]
 fn smart_turn_tells_a_finished_sentence_from_a_cut_one() {
     let audio = jfk();
     let mut model = SmartTurn::load(&cache()).unwrap();

@@ -56,6 +56,8 @@ pub struct Voice {
     session: Session,
     config: VoiceConfig,
     ids: HashMap<char, i64>,
+    /// How [`Voice::synthesize`] speaks: the voice's own prosody unless set.
+    prosody: Prosody,
 }
 
 impl Voice {
@@ -76,11 +78,21 @@ impl Voice {
                 }
             })
             .collect();
+        let prosody = Prosody {
+            length_scale: config.inference.length_scale,
+            noise_scale: config.inference.noise_scale,
+        };
         Ok(Self {
             session,
             config,
             ids,
+            prosody,
         })
+    }
+
+    /// Speaks slower or faster, more or less varied, from now on (a persona's voice).
+    pub fn set_prosody(&mut self, prosody: Prosody) {
+        self.prosody = prosody;
     }
 
     /// The rate of the audio [`Voice::synthesize`] returns (22050 Hz for this voice).
@@ -112,11 +124,11 @@ impl Voice {
         }
     }
 
-    /// Speaks `text`, from its first sound: Piper opens every utterance with 40–70 ms of
-    /// near-silence, which a caller would only hear as a longer wait. Empty audio for text
-    /// with nothing to say.
+    /// Speaks `text` with the prosody set (the voice's own by default), from its first
+    /// sound: Piper opens every utterance with 40–70 ms of near-silence, which a caller
+    /// would only hear as a longer wait. Empty audio for text with nothing to say.
     pub fn synthesize(&mut self, text: &str) -> Result<Audio> {
-        let audio = self.synthesize_with(text, self.default_prosody())?;
+        let audio = self.synthesize_with(text, self.prosody)?;
         let from = first_sound(&audio.samples, audio.rate);
         Ok(Audio::new(audio.samples[from..].to_vec(), audio.rate))
     }

@@ -394,19 +394,21 @@ fn write_report(
     figures: &SoakFigures,
     registered_again: usize,
 ) -> Result<()> {
+    let longest_trim_ms = sublet_agent::allocator::longest_trim().as_secs_f64() * 1e3;
     let json = serde_json::json!({
         "command": format!("cargo xtask soak --minutes {}", args.minutes),
         "figures": figures,
         "worker_registered_again": registered_again,
         "calls": calls,
         "samples": samples,
+        "longest_malloc_trim_ms": longest_trim_ms,
     });
     std::fs::write(
         args.out.join("soak.json"),
         serde_json::to_string_pretty(&json)? + "\n",
     )?;
     let mut md = format!(
-        "# Soak\n\n- Command: `cargo xtask soak --minutes {}`\n- Calls: {} ({CALL}), turns the detector ended: {}, turns lost without a record: **{}**\n- Turns recorded by outcome: {:?}\n- Faults injected: {:?}; survived: {:?} (the worker registered again {registered_again} times)\n- Resident memory: {:.0} MB first, {:.0} MB last; slope after {:.0} min of warm-up: **{} MB/min** (glibc's arena chunks in use: {} MB/min)\n- File descriptors (min, max): {:?}; threads (min, max): {:?}; WebRTC peer connections not freed (first, last sample): {:?}\n\n| room | fault | turns ended | recorded | fault seen | ended |\n|---|---|---:|---:|---|---|\n",
+        "# Soak\n\n- Command: `cargo xtask soak --minutes {}`\n- Calls: {} ({CALL}), turns the detector ended: {}, turns lost without a record: **{}**\n- Turns recorded by outcome: {:?}\n- Faults injected: {:?}; survived: {:?} (the worker registered again {registered_again} times)\n- Resident memory: {:.0} MB first, {:.0} MB last; slope after {:.0} min of warm-up: **{} MB/min** (glibc's arena chunks in use: {} MB/min; the longest return of free pages, `malloc_trim`, took {longest_trim_ms:.1} ms)\n- File descriptors (min, max): {:?}; threads (min, max): {:?}; WebRTC peer connections not freed (first, last sample): {:?}\n\n| room | fault | turns ended | recorded | fault seen | ended |\n|---|---|---:|---:|---|---|\n",
         args.minutes,
         figures.calls,
         figures.turns_ended,
