@@ -135,9 +135,12 @@ impl VoiceAgent {
                     ) {
                         let due = *next_partial_s.get_or_insert(since_s + every_s);
                         if now_s >= due {
-                            let text =
-                                interruptions.transcribe_since(caller.stt.as_mut(), since_s)?;
-                            observer.partial_transcript(&text);
+                            // A partial transcript only shows the caller's words early: one
+                            // that fails is skipped, the call goes on.
+                            match interruptions.transcribe_since(caller.stt.as_mut(), since_s) {
+                                Ok(text) => observer.partial_transcript(&text),
+                                Err(e) => tracing::warn!("a partial transcript failed: {e:#}"),
+                            }
                             next_partial_s = Some(now_s + every_s);
                         }
                     } else {

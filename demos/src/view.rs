@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use axum::extract::State;
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -37,11 +37,17 @@ const SCRIPT: &str = include_str!("../static/view.js");
 /// Serve the live page.
 #[derive(Args, Debug, Clone, Default)]
 pub struct ViewArgs {
-    /// Serve a page that joins the call as the caller and shows it live (transcripts, the
-    /// agent's state, each turn's stage times, the engine), at this address (for example
-    /// 127.0.0.1:8080). The agent then also sends partial transcripts.
+    /// Serve a live page at this address (for example 127.0.0.1:8080): where this process
+    /// answers calls, it joins one as the caller from the browser and shows it (the
+    /// transcripts, partial ones too, the agent's state, each turn's stage times); always,
+    /// the engine's state. Loopback addresses only, unless `--view-public`.
     #[arg(long, value_name = "ADDR")]
     pub view: Option<SocketAddr>,
+    /// Let `--view` listen on an address other machines can reach. Anyone who reaches the
+    /// page gets a token to join the call's room, so only on a network you trust (and
+    /// browsers give a page on plain HTTP the microphone only on localhost).
+    #[arg(long, requires = "view")]
+    pub view_public: bool,
 }
 
 /// Which room the page's caller joins.
@@ -66,7 +72,7 @@ pub enum CallerRoom {
 struct View {
     engine: Arc<Engine>,
     room: CallerRoom,
-    client_js: Vec<u8>,
+    client_js: axum::body::Bytes,
     visits: AtomicU64,
 }
 
@@ -83,6 +89,11 @@ impl ViewArgs {
         let Some(addr) = self.view else {
             return Ok(None);
         };
+        anyhow::ensure!(
+            addr.ip().is_loopback() || self.view_public,
+            "--view {addr} would give anyone who reaches it a token to the call's room; \
+             use a loopback address (127.0.0.1), or add --view-public"
+        );
         let app = router(engine.clone(), room, &ModelCache::from_env())?;
         let listener = runtime.block_on(listen(addr))?;
         let local = listener.local_addr()?;
@@ -116,7 +127,7 @@ pub fn router(engine: Arc<Engine>, room: CallerRoom, cache: &ModelCache) -> Resu
     let view = Arc::new(View {
         engine,
         room,
-        client_js,
+        client_js: client_js.into(),
         visits: AtomicU64::new(0),
     });
     Ok(Router::new()
@@ -144,7 +155,28 @@ async fn client(State(view): State<Arc<View>>) -> impl IntoResponse {
     )
 }
 
-async fn session(State(view): State<Arc<View>>) -> Response {
+/// Whether a request names this page by an address or `localhost`: a page of another
+/// site that resolves its own name to this address (DNS rebinding) gets no token.
+fn named_directly(headers: &HeaderMap) -> bool {
+    let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else {
+        return false;
+    };
+    let name = match host.rsplit_once(':') {
+        Some((name, port)) if port.chars().all(|c| c.is_ascii_digit()) => name,
+        _ => host,
+    };
+    let name = name.trim_start_matches('[').trim_end_matches(']');
+    name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::IpAddr>().is_ok()
+}
+
+async fn session(State(view): State<Arc<View>>, headers: HeaderMap) -> Response {
+    if !named_directly(&headers) {
+        return (
+            StatusCode::FORBIDDEN,
+            "open the page by its address (or localhost), not through another name",
+        )
+            .into_response();
+    }
     let visit = view.visits.fetch_add(1, Ordering::Relaxed) + 1;
     let identity = format!("caller-{visit}");
     let (credentials, room) = match &view.room {
@@ -209,4 +241,25 @@ fn resident_bytes() -> Option<u64> {
     let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_an_address_or_localhost_gets_a_caller_token() {
+        let named = |host: &str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(header::HOST, host.parse().unwrap());
+            named_directly(&headers)
+        };
+        assert!(named("127.0.0.1:8080"));
+        assert!(named("localhost:8080"));
+        assert!(named("[::1]:8080"));
+        assert!(named("192.168.1.20"));
+        assert!(!named("evil.example:8080"), "a rebound name");
+        assert!(!named("localhost.evil.example"));
+        assert!(!named_directly(&HeaderMap::new()), "no Host at all");
+    }
 }

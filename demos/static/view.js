@@ -131,6 +131,7 @@ async function call() {
   const response = await fetch("/session");
   if (!response.ok) {
     setStatus(await response.text());
+    $("call").disabled = false;
     return;
   }
   const session = await response.json();
@@ -154,7 +155,10 @@ async function call() {
   room.on(LK.RoomEvent.ParticipantAttributesChanged, (changed) => {
     if (changed[AGENT_STATE]) showAgentState(changed[AGENT_STATE]);
   });
-  room.on(LK.RoomEvent.Disconnected, () => setStatus("disconnected"));
+  room.on(LK.RoomEvent.Disconnected, () => {
+    setStatus("disconnected");
+    $("call").disabled = false;
+  });
   setStatus(`joining ${session.room}…`);
   await room.connect(session.url, session.token);
   for (const participant of room.remoteParticipants.values()) {
@@ -167,9 +171,14 @@ async function call() {
 
 const params = new URLSearchParams(location.search);
 if (params.has("debug")) LK.setLogLevel("debug");
-$("call").addEventListener("click", () => call().catch((e) => setStatus(`failed: ${e}`)));
+function failed(e) {
+  setStatus(`failed: ${e}`);
+  $("call").disabled = false;
+}
+
+$("call").addEventListener("click", () => call().catch(failed));
 pollEngine();
 setInterval(pollEngine, 1000);
 if (params.has("autostart")) {
-  call().catch((e) => setStatus(`failed: ${e}`));
+  call().catch(failed);
 }

@@ -89,6 +89,7 @@ fn a_call_on_the_page(answered: Answered) {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let view = ViewArgs {
         view: Some("127.0.0.1:0".parse().unwrap()),
+        view_public: false,
     };
     let (caller_room, room) = match answered {
         Answered::ByRoom => (

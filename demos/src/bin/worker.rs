@@ -42,10 +42,22 @@ fn run(args: Args) -> Result<()> {
     }
     let (agent, runtime) = args.call.start("worker")?;
     // Each visit to the page calls a new room, which LiveKit gives a worker taking every
-    // new room (no `--agent-name`).
+    // new room (no `--agent-name`); named by this process, so that rooms of another run or
+    // another worker's page are never reused.
+    anyhow::ensure!(
+        args.call.view.view.is_none() || args.agent_name.is_empty(),
+        "--view needs a worker that takes every new room: with --agent-name, LiveKit would \
+         send it none of the page's rooms"
+    );
     let view_room = CallerRoom::PerVisit {
         credentials: credentials.clone(),
-        prefix: "sublet-view".into(),
+        prefix: format!(
+            "sublet-view-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs())
+        ),
     };
     args.call
         .view
