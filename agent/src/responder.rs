@@ -21,7 +21,7 @@ use crate::sentence::{speakable, ReplyLimit, SentenceSplitter};
 use crate::turn_failure::{AtStage, TurnFailure};
 use crate::AgentConfig;
 
-mod greeting;
+mod speaking;
 
 /// A caller turn the detector judged over.
 #[derive(Debug, Clone)]
@@ -516,91 +516,6 @@ impl Responder {
             self.say(turn_index, rest, None, now, said, out, call_time)?;
         }
         Ok(true)
-    }
-
-    /// Says the fallback phrase (synthesized once per call); the call time it went out.
-    fn say_fallback(
-        &mut self,
-        turn: usize,
-        out: &mut dyn AudioOut,
-        call_time: &dyn Fn(Instant) -> f64,
-    ) -> Option<f64> {
-        let phrase = self.config.fallback_phrase.clone();
-        if phrase.is_empty() {
-            return None;
-        }
-        if self.fallback_audio.is_none() {
-            match self.voice.synthesize(&phrase) {
-                Ok(audio) => self.fallback_audio = Some(audio),
-                Err(e) => {
-                    tracing::warn!(error = %e, "the fallback phrase could not be synthesized");
-                    return None;
-                }
-            }
-        }
-        let audio = self.fallback_audio.clone();
-        self.speak(turn, &phrase, audio, out, call_time)
-            .ok()
-            .flatten()
-    }
-
-    /// Says one sentence of a reply, made at `made_at`, unless the reply's limit ends it
-    /// there; whether the reply may go on.
-    #[allow(clippy::too_many_arguments)]
-    fn say(
-        &mut self,
-        turn: usize,
-        sentence: String,
-        audio: Option<Audio>,
-        made_at: Instant,
-        said: &mut Said,
-        out: &mut dyn AudioOut,
-        call_time: &dyn Fn(Instant) -> f64,
-    ) -> Result<bool, TurnFailure> {
-        if !said.limit.admit(&sentence) {
-            said.ended = true;
-            return Ok(false);
-        }
-        if said.first_sentence_s.is_none() {
-            said.first_sentence_s = Some(call_time(made_at));
-            self.engine.first_sentence_out(self.call_id);
-        }
-        let at = self.speak(turn, &sentence, audio, out, call_time)?;
-        said.first_audio_s = said.first_audio_s.or(at);
-        said.spoken.push(sentence);
-        said.ended = said.limit.full();
-        Ok(!said.ended)
-    }
-
-    /// Queues a sentence, synthesized unless its `audio` is given; returns the call time it
-    /// was handed out.
-    fn speak(
-        &mut self,
-        turn: usize,
-        sentence: &str,
-        audio: Option<Audio>,
-        out: &mut dyn AudioOut,
-        call_time: &dyn Fn(Instant) -> f64,
-    ) -> Result<Option<f64>, TurnFailure> {
-        let audio = match audio {
-            Some(audio) => audio,
-            None => self.synthesize(turn, sentence)?,
-        };
-        if audio.samples.is_empty() {
-            return Ok(None);
-        }
-        let ready_s = call_time(Instant::now());
-        let start_s = ready_s.max(self.speaking_until_s);
-        out.play(
-            start_s,
-            &SpokenSentence {
-                turn,
-                text: sentence.trim(),
-                audio: &audio,
-            },
-        );
-        self.speaking_until_s = start_s + audio.duration_s();
-        Ok(Some(ready_s))
     }
 }
 

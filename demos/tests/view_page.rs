@@ -126,16 +126,12 @@ fn a_call_on_the_page(answered: Answered) {
     let call = match answered {
         Answered::ByRoom => {
             let token = credentials.agent_token(ROOM, "sublet-agent").unwrap();
-            let options = CallOptions {
-                nobody_timeout: Duration::from_secs(60),
-                ..CallOptions::default()
-            };
             agent
                 .answer_room(
                     runtime.handle(),
                     &credentials.url,
                     &token,
-                    &options,
+                    &CallOptions::default(),
                     &mut Quiet,
                 )
                 .unwrap()
