@@ -29,6 +29,15 @@ pub fn for_long_running_process() {
 /// that allocates in the arena being trimmed waits.
 static LONGEST_TRIM_US: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
+/// Whether the trimmer trims; a benchmark turns it off to measure what it costs.
+static TRIMMING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// Turns [`return_free_memory_every`]'s trims on or off (on by default), so that a
+/// benchmark can compare turns with and without them in one process.
+pub fn set_trimming(on: bool) {
+    TRIMMING.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// The longest a trim has taken so far (zero before the first, or off glibc).
 pub fn longest_trim() -> Duration {
     Duration::from_micros(LONGEST_TRIM_US.load(std::sync::atomic::Ordering::Relaxed))
@@ -43,6 +52,9 @@ pub fn return_free_memory_every(period: Duration) {
             .name("sublet-trim".into())
             .spawn(move || loop {
                 std::thread::sleep(period);
+                if !TRIMMING.load(std::sync::atomic::Ordering::Relaxed) {
+                    continue;
+                }
                 let at = std::time::Instant::now();
                 // SAFETY: malloc_trim only returns free memory; it takes each arena's lock.
                 unsafe { libc::malloc_trim(0) };
@@ -74,33 +86,4 @@ pub fn one_arena_per_core() {
     }
 }
 
-/// What glibc's allocator holds for the program (`mallinfo2`), in bytes. `None` off glibc.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HeapFigures {
-    /// Chunks in use in the arenas (small and mid-sized allocations).
-    pub arena_in_use: u64,
-    /// Chunks freed but kept by the arenas: memory the program does not use, resident
-    /// unless `malloc_trim` has returned its pages (it stays counted here).
-    pub arena_free: u64,
-    /// Large blocks mapped on their own (freed straight back to the system); their pages
-    /// count as resident only once touched.
-    pub mapped: u64,
-}
-
-/// The allocator's figures now; `None` off glibc.
-pub fn heap_figures() -> Option<HeapFigures> {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        // SAFETY: mallinfo2 only reads the allocator's statistics.
-        let info = unsafe { libc::mallinfo2() };
-        Some(HeapFigures {
-            arena_in_use: info.uordblks as u64,
-            arena_free: info.fordblks as u64,
-            mapped: info.hblkhd as u64,
-        })
-    }
-    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-    {
-        None
-    }
-}
+pub use sublet_engine::memory::{heap_figures, HeapFigures};

@@ -40,6 +40,7 @@ mod turn_failure;
 use std::sync::{Arc, OnceLock};
 
 use anyhow::Result;
+use sublet_engine::memory::heap_taken_by;
 use sublet_engine::{Engine, EngineConfig, Repetition};
 use sublet_models::ModelCache;
 use sublet_stt::{SpeechModel, Transcriber};
@@ -154,6 +155,19 @@ pub struct VoiceAgent {
     /// call loads none of its own (each made two or three copies, a soak's resident
     /// memory growing with every call).
     speech: Arc<OnceLock<SpeechModel>>,
+    memory: Arc<std::sync::Mutex<SpeechMemory>>,
+}
+
+/// The heap each speech model took at its latest load (`None` before it, or off glibc):
+/// measured around the load, so a call starting meanwhile beside others reads high.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SpeechMemory {
+    /// Whisper (whisper.cpp), loaded once and shared by every call.
+    pub whisper_bytes: Option<u64>,
+    /// Silero VAD and Smart Turn (ONNX Runtime), loaded for each call.
+    pub turn_detector_bytes: Option<u64>,
+    /// Piper (ONNX Runtime) and its phonemizer, loaded for each call.
+    pub voice_bytes: Option<u64>,
 }
 
 impl VoiceAgent {
@@ -169,6 +183,7 @@ impl VoiceAgent {
             engine,
             config,
             speech: Arc::default(),
+            memory: Arc::default(),
         }
     }
 
@@ -179,6 +194,7 @@ impl VoiceAgent {
             engine: self.engine.clone(),
             config,
             speech: self.speech.clone(),
+            memory: self.memory.clone(),
         }
     }
 
@@ -187,7 +203,9 @@ impl VoiceAgent {
         let model = match self.speech.get() {
             Some(model) => model,
             None => {
-                let loaded = SpeechModel::load(&self.cache)?;
+                let (loaded, bytes) = heap_taken_by(|| SpeechModel::load(&self.cache));
+                self.note_memory(|m| m.whisper_bytes = bytes);
+                let loaded = loaded?;
                 self.speech.get_or_init(|| loaded)
             }
         };
@@ -196,12 +214,26 @@ impl VoiceAgent {
 
     /// A turn detector for a new caller.
     pub fn new_detector(&self) -> Result<TurnDetector> {
-        TurnDetector::load(&self.cache, self.config.endpoint.clone())
+        let (detector, bytes) =
+            heap_taken_by(|| TurnDetector::load(&self.cache, self.config.endpoint.clone()));
+        self.note_memory(|m| m.turn_detector_bytes = bytes);
+        detector
+    }
+
+    /// What the speech models took at their latest loads.
+    pub fn speech_memory(&self) -> SpeechMemory {
+        *self.memory.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn note_memory(&self, note: impl FnOnce(&mut SpeechMemory)) {
+        note(&mut self.memory.lock().unwrap_or_else(|e| e.into_inner()));
     }
 
     /// A replier for a new call (its own transcriber, voice and chat history).
     pub fn new_responder(&self) -> Result<Responder> {
-        let mut voice = Voice::load(&self.cache)?;
+        let (voice, bytes) = heap_taken_by(|| Voice::load(&self.cache));
+        self.note_memory(|m| m.voice_bytes = bytes);
+        let mut voice = voice?;
         let own = voice.default_prosody();
         let settings = self.config.voice;
         voice.set_prosody(sublet_tts::Prosody {

@@ -35,8 +35,5 @@ pub mod trace;
 
 /// This process's resident memory in MB (Linux's `/proc/self/status`), `None` elsewhere.
 pub fn resident_mb() -> Option<f64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb / 1024.0)
+    Some(sublet_engine::memory::resident_bytes()? as f64 / (1024.0 * 1024.0))
 }

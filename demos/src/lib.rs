@@ -9,9 +9,9 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use sublet_agent::{AgentConfig, CallObserver, Persona, TurnRecord, VoiceAgent};
+use sublet_agent::{AgentConfig, CallObserver, Persona, SpeechMemory, TurnRecord, VoiceAgent};
 use sublet_engine::make_room::{PolicyConfig, Switches};
-use sublet_engine::server::{router, serve, ConnectionLimits, Metrics, ServerConfig};
+use sublet_engine::server::{router, serve, ConnectionLimits, Metrics, MoreMetrics, ServerConfig};
 use sublet_engine::{Engine, EngineConfig, AGENT_PRIORITY, VOICE_PRIORITY};
 use sublet_models::ModelCache;
 use sublet_turn_detect::TurnEvent;
@@ -176,7 +176,10 @@ impl CallArgs {
             .scheduler
             .voice_agent_sharing(self.config(), self.api.shared())?;
         let runtime = tokio::runtime::Runtime::new()?;
-        self.api.spawn(program, runtime.handle(), &engine)?;
+        let speech = agent.with_config(agent.config.clone());
+        let more = MoreMetrics(Arc::new(move || speech_metrics(&speech.speech_memory())));
+        self.api
+            .spawn(program, runtime.handle(), &engine, Some(more))?;
         Ok((agent, runtime))
     }
 }
@@ -247,6 +250,7 @@ impl ApiArgs {
         program: &'static str,
         runtime: &tokio::runtime::Handle,
         engine: &Arc<Engine>,
+        more_metrics: Option<MoreMetrics>,
     ) -> Result<()> {
         let Some(addr) = self.api else {
             return Ok(());
@@ -257,7 +261,11 @@ impl ApiArgs {
             engine.model_name(),
             listener.local_addr()?
         );
-        let app = api_router(engine, self.limits.server_config(self.api_key.clone()));
+        let config = ServerConfig {
+            more_metrics,
+            ..self.limits.server_config(self.api_key.clone())
+        };
+        let app = api_router(engine, config);
         runtime.spawn(serve(
             listener,
             app,
@@ -266,6 +274,25 @@ impl ApiArgs {
         ));
         Ok(())
     }
+}
+
+/// The voice agent's speech models in `/metrics`: the heap each took at its latest load.
+fn speech_metrics(memory: &SpeechMemory) -> String {
+    let mut out = String::new();
+    let name = "sublet_speech_model_bytes";
+    out.push_str(&format!(
+        "# HELP {name} The heap each speech model took at its latest load.\n# TYPE {name} gauge\n"
+    ));
+    for (model, bytes) in [
+        ("whisper", memory.whisper_bytes),
+        ("turn_detector", memory.turn_detector_bytes),
+        ("voice", memory.voice_bytes),
+    ] {
+        if let Some(bytes) = bytes {
+            out.push_str(&format!("{name}{{model=\"{model}\"}} {bytes}\n"));
+        }
+    }
+    out
 }
 
 /// A listener on `addr`, or an error that names it.
@@ -350,9 +377,14 @@ impl AgentArgs {
     }
 }
 
+/// Counts the heap, so that the engine reports the most a step took (`/metrics`, the page).
+#[global_allocator]
+static HEAP: sublet_engine::memory::CountingAllocator = sublet_engine::memory::CountingAllocator;
+
 /// Runs a demo: the libraries' warnings (through `tracing`) printed on stderr, then `run`;
 /// success, or its error (with causes) after the demo's name and a failing status.
 pub fn main(program: &str, run: impl FnOnce() -> Result<()>) -> ExitCode {
+    HEAP.start();
     sublet_agent::allocator::for_long_running_process();
     let _ = tracing_subscriber::fmt()
         .with_max_level(tracing_subscriber::filter::LevelFilter::WARN)

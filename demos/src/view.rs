@@ -25,6 +25,8 @@ use axum::routing::get;
 use axum::{Json, Router};
 use clap::Args;
 use serde_json::{json, Value};
+use sublet_agent::{SpeechMemory, VoiceAgent};
+use sublet_engine::memory::{self, EngineMemory};
 use sublet_engine::Engine;
 use sublet_livekit::LiveKitCredentials;
 use sublet_models::ModelCache;
@@ -71,6 +73,8 @@ pub enum CallerRoom {
 /// What the page's routes share.
 struct View {
     engine: Arc<Engine>,
+    /// The voice agent whose speech models' memory the page shows (none under `serve`).
+    speech: Option<VoiceAgent>,
     room: CallerRoom,
     client_js: axum::body::Bytes,
     visits: AtomicU64,
@@ -84,6 +88,7 @@ impl ViewArgs {
         program: &'static str,
         runtime: &tokio::runtime::Handle,
         engine: &Arc<Engine>,
+        speech: Option<&VoiceAgent>,
         room: CallerRoom,
     ) -> Result<Option<SocketAddr>> {
         let Some(addr) = self.view else {
@@ -94,7 +99,8 @@ impl ViewArgs {
             "--view {addr} would give anyone who reaches it a token to the call's room; \
              use a loopback address (127.0.0.1), or add --view-public"
         );
-        let app = router(engine.clone(), room, &ModelCache::from_env())?;
+        let speech = speech.map(|agent| agent.with_config(agent.config.clone()));
+        let app = router(engine.clone(), speech, room, &ModelCache::from_env())?;
         let listener = runtime.block_on(listen(addr))?;
         let local = listener.local_addr()?;
         eprintln!("{program}: the live page on http://{local}/");
@@ -120,12 +126,18 @@ pub fn livekit_client_js(cache: &ModelCache) -> Result<PathBuf> {
     Ok(path)
 }
 
-/// The page's routes over `engine`, its caller joining `room`.
-pub fn router(engine: Arc<Engine>, room: CallerRoom, cache: &ModelCache) -> Result<Router> {
+/// The page's routes over `engine` (and `speech`'s models), its caller joining `room`.
+pub fn router(
+    engine: Arc<Engine>,
+    speech: Option<VoiceAgent>,
+    room: CallerRoom,
+    cache: &ModelCache,
+) -> Result<Router> {
     let path = livekit_client_js(cache)?;
     let client_js = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
     let view = Arc::new(View {
         engine,
+        speech,
         room,
         client_js: client_js.into(),
         visits: AtomicU64::new(0),
@@ -206,12 +218,13 @@ async fn session(State(view): State<Arc<View>>, headers: HeaderMap) -> Response 
 }
 
 async fn engine_route(State(view): State<Arc<View>>) -> Json<Value> {
-    Json(engine_state(&view.engine))
+    let speech = view.speech.as_ref().map(VoiceAgent::speech_memory);
+    Json(engine_state(&view.engine, speech))
 }
 
 /// The engine as the page shows it: KV use against the budget, requests running and
-/// waiting by priority, make-room's counters, and the process's memory.
-pub fn engine_state(engine: &Engine) -> Value {
+/// waiting by priority, make-room's counters, and where the memory goes.
+pub fn engine_state(engine: &Engine, speech: Option<SpeechMemory>) -> Value {
     let state = engine.scheduler_state();
     let by_priority = |list: &[(i32, usize)]| -> Value {
         list.iter()
@@ -231,16 +244,29 @@ pub fn engine_state(engine: &Engine) -> Value {
             "hints_seen": c.hints_seen,
             "prefill_chunks": c.prefill_chunks,
         },
-        "memory": { "resident_bytes": resident_bytes() },
+        "memory": memory_figures(&engine.memory(), speech),
     })
 }
 
-/// The process's resident memory (Linux), else null.
-fn resident_bytes() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
+/// Where the memory goes, each figure in bytes (null where not known): the process's
+/// resident memory and heap, the engine's weights, KV and heap peak per step, and each
+/// speech model's heap at its load.
+pub fn memory_figures(engine: &EngineMemory, speech: Option<SpeechMemory>) -> Value {
+    let heap = memory::heap_figures();
+    let speech = speech.unwrap_or_default();
+    json!({
+        "resident_bytes": memory::resident_bytes(),
+        "heap_in_use_bytes": heap.map(|h| h.in_use()),
+        "heap_free_kept_bytes": heap.map(|h| h.arena_free),
+        "engine_weights_bytes": engine.weights_bytes,
+        "kv_allocated_bytes": engine.kv_allocated_bytes,
+        "kv_used_bytes": engine.kv_used_bytes,
+        "prefix_cache_bytes": engine.prefix_cache_bytes,
+        "step_peak_bytes": engine.step_peak_bytes,
+        "whisper_bytes": speech.whisper_bytes,
+        "turn_detector_bytes": speech.turn_detector_bytes,
+        "voice_bytes": speech.voice_bytes,
+    })
 }
 
 #[cfg(test)]

@@ -108,7 +108,13 @@ fn a_call_on_the_page(answered: Answered) {
         ),
     };
     let addr = view
-        .spawn("view test", runtime.handle(), &engine, caller_room)
+        .spawn(
+            "view test",
+            runtime.handle(),
+            &engine,
+            Some(&agent),
+            caller_room,
+        )
         .unwrap()
         .expect("the page is served");
 
@@ -221,6 +227,20 @@ fn a_call_on_the_page(answered: Answered) {
         engine_text.contains(&format!(" of {budget} tokens")) && budget > 0,
         "the engine panel lacks KV use against the budget of {budget}: {engine_text:?}"
     );
+    // Where the memory goes: the engine's weights as the engine reports them, and the
+    // speech models the call loaded.
+    let weights_mb = engine.memory().weights_bytes.unwrap() as f64 / (1024.0 * 1024.0);
+    for shown in [
+        format!("engine weights{weights_mb:.0} MB"),
+        "whisper".into(),
+        "voice".into(),
+        "prefix cache".into(),
+    ] {
+        assert!(
+            engine_text.contains(&shown),
+            "the engine panel lacks {shown:?}: {engine_text:?}"
+        );
+    }
     let png = std::fs::read(&screenshot).expect("the screenshot was written");
     assert!(png.starts_with(b"\x89PNG"), "the screenshot is not a PNG");
     eprintln!("screenshot: {}", screenshot.display());

@@ -9,6 +9,7 @@
 mod chat;
 mod device;
 mod error;
+pub mod memory;
 pub mod scheduler;
 mod stream;
 mod tokens;
@@ -124,6 +125,8 @@ pub struct Engine {
     next_id: AtomicUsize,
     model_name: String,
     tokens: Option<TokenCounter>,
+    /// The heap loading the model took (`None` off glibc).
+    weights_bytes: Option<u64>,
 }
 
 impl Engine {
@@ -143,7 +146,12 @@ impl Engine {
             .enable_all()
             .build()?;
         let make_room = scheduler::MakeRoomHandle::default();
-        let (runner, tokens) = runtime.block_on(build_runner(config, &make_room))?;
+        let (built, weights_bytes) =
+            memory::heap_taken_by(|| runtime.block_on(build_runner(config, &make_room)));
+        let (runner, tokens) = built?;
+        // The load's warm-up request leaves its KV in the prefix cache: not weights.
+        let warm_up_kv = make_room.state().memory.prefix_cache_bytes;
+        let weights_bytes = weights_bytes.map(|b| b.saturating_sub(warm_up_kv));
         let model_name = config
             .model
             .file_stem()
@@ -156,7 +164,19 @@ impl Engine {
             next_id: AtomicUsize::new(1),
             model_name,
             tokens,
+            weights_bytes,
         })
+    }
+
+    /// Where the engine's memory goes: its weights, the KV its sequences and its prefix
+    /// cache hold, and the heap's largest rise in a step. The KV and step figures come from
+    /// make-room's scheduler on the CPU's path; they read zero under mistral.rs's own
+    /// scheduler and on the paged path, whose pool is allocated whole at load.
+    pub fn memory(&self) -> memory::EngineMemory {
+        memory::EngineMemory {
+            weights_bytes: self.weights_bytes,
+            ..self.scheduler_state().memory
+        }
     }
 
     /// make-room's scheduler after its latest step: counters, KV use, queue lengths (all

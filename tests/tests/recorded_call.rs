@@ -171,6 +171,38 @@ fn a_prompt_cached_whole_computes_only_its_last_token() {
 }
 
 #[test]
+fn the_prefix_cache_keeps_no_more_tokens_than_the_kv_budget() {
+    // A finished sequence's KV stays in mistral.rs's prefix cache, each holding at least
+    // 512 tokens of room; make-room bounds the cache by its KV budget (patch 22). With a
+    // budget of 600 tokens a second prompt evicts the first, which then computes again;
+    // with the default budget the first is still there.
+    let prompt_computed_again = |kv_budget_tokens| {
+        let engine = make_room_engine(PolicyConfig {
+            kv_budget_tokens,
+            ..PolicyConfig::default()
+        });
+        let prefilled = || engine.scheduler_state().counters.prefill_tokens;
+        let ask = |text: &str| {
+            let request = ChatRequest::new(vec![Message::new(Role::User, text)], 4);
+            let before = prefilled();
+            engine.chat(request).unwrap().collect_blocking().unwrap();
+            prefilled() - before
+        };
+        ask("Name a colour.");
+        ask("Which planet is the largest in our solar system?");
+        ask("Name a colour.")
+    };
+    let (small, default) = (
+        prompt_computed_again(600),
+        prompt_computed_again(PolicyConfig::default().kv_budget_tokens),
+    );
+    assert!(
+        small > 5 && default == 1,
+        "tokens computed again: {small} (a 600-token budget), {default} (the default)"
+    );
+}
+
+#[test]
 fn the_engine_streams_and_cancels() {
     let cache = ModelCache::from_env();
     let engine = Arc::new(Engine::load(&EngineConfig::bundled(&cache).unwrap()).unwrap());

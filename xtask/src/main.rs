@@ -11,6 +11,7 @@
 //!   voice turn is timed.
 //! - `latency`: setup, then scripted test calls in real time, voice alone, the current
 //!   defaults beside the old configuration.
+//! - `memory`: setup, then where the memory goes: idle, one call, a call beside agents.
 //! - `build --cuda`: the engine's GPU binaries, built without a GPU (see [`cuda`]).
 //! - `patches save`: regenerate the patch series on mistral.rs from an edited copy.
 
@@ -52,6 +53,9 @@ commands:
                    hanging up, stalling mid-header, oversized, malformed) while a voice turn is
                    timed: served, refused, cancelled, memory, first token against no load
                    (--seconds 60 --clients 240 --json target/load.json)
+  memory [ARGS]    setup, then where the memory goes (weights per model, KV, the prefix cache,
+                   a step's activations, the allocator, the runtime) against resident memory:
+                   idle, one call, the call beside agents (--agents 4)
   build --cuda     the engine's GPU binaries (CUDA 13.0 from its wheels, sm_90 unless
                    --compute-cap N), stripped and compressed into gpu/bin for gpu/check.sh
   patches save     write patches/<crate>/ back from the commits in patched/<crate>
@@ -77,6 +81,7 @@ fn main() -> ExitCode {
         Some("latency") => latency(rest),
         Some("soak") => soak(rest),
         Some("load") => load(rest),
+        Some("memory") => memory(rest),
         Some("build") => setup().and_then(|cache| cuda::build(&cache, rest)),
         Some("patches") if args.get(1).map(String::as_str) == Some("save") => patches::save(),
         Some("-h" | "--help" | "help") | None => {
@@ -227,6 +232,13 @@ fn soak(extra: &[String]) -> Result<()> {
 fn load(extra: &[String]) -> Result<()> {
     setup()?;
     let mut command = cargo_run("sublet-bench", "load")?;
+    command.args(extra);
+    run(command)
+}
+
+fn memory(extra: &[String]) -> Result<()> {
+    setup()?;
+    let mut command = cargo_run("sublet-bench", "memory")?;
     command.args(extra);
     run(command)
 }

@@ -14,7 +14,8 @@
 //! A configuration is `old` or `new`, optionally with changes: `new+preemptive`,
 //! `new-early` (no early transcript), `new+dynamic` (dynamic endpointing), `old+preemptive`,
 //! `new+threshold=0.8` (Smart Turn's score that counts as sure), `new+unsure=1.5` (the wait
-//! for plain words the model is unsure of, in seconds).
+//! for plain words the model is unsure of, in seconds), `new-trim` (the process's free
+//! memory not handed back every few seconds: `sublet_agent::allocator::set_trimming`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -63,8 +64,16 @@ fn progress(line: impl AsRef<str>) {
     eprintln!("latency: {}", line.as_ref());
 }
 
+/// What a configuration's name stands for.
+struct Config {
+    agent: AgentConfig,
+    /// The allocator's trimmer on (the default) or off.
+    trim: bool,
+}
+
 /// The agent configuration a name stands for.
-fn config(name: &str) -> Result<AgentConfig> {
+fn config(name: &str) -> Result<Config> {
+    let mut trim = true;
     let base = &name[..name.find(['+', '-']).unwrap_or(name.len())];
     let mut config = match base {
         "new" => AgentConfig::default(),
@@ -94,12 +103,16 @@ fn config(name: &str) -> Result<AgentConfig> {
                 "preemptive" => config.preemptive_generation = on,
                 "early" => config.early_transcript = on,
                 "dynamic" => config.endpoint.dynamic = on,
+                "trim" => trim = on,
                 other => bail!("unknown change {other:?} in {name:?}"),
             },
         }
         rest = &rest[end..];
     }
-    Ok(config)
+    Ok(Config {
+        agent: config,
+        trim,
+    })
 }
 
 /// Keeps every end of turn the detector decided, and shows each answered turn.
@@ -125,7 +138,7 @@ impl CallObserver for Seen {
 }
 
 fn run(args: Args) -> Result<()> {
-    let configs: Vec<(String, AgentConfig)> = args
+    let configs: Vec<(String, Config)> = args
         .configs
         .iter()
         .map(|name| Ok((name.clone(), config(name)?)))
@@ -143,7 +156,8 @@ fn run(args: Args) -> Result<()> {
     };
     let mut results: Vec<ConfigRun> = Vec::new();
     for (name, config) in configs {
-        let agent = VoiceAgent::with_engine(cache.clone(), engine.clone(), config);
+        sublet_agent::allocator::set_trimming(config.trim);
+        let agent = VoiceAgent::with_engine(cache.clone(), engine.clone(), config.agent);
         let mut played = Vec::new();
         let mut heard = Vec::new();
         for (i, call) in calls.iter().enumerate() {

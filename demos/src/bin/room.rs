@@ -59,9 +59,13 @@ fn run(args: Args) -> Result<()> {
         }
     };
     let (agent, runtime) = args.call.start("room")?;
-    args.call
-        .view
-        .spawn("room", runtime.handle(), &agent.engine, caller_room)?;
+    args.call.view.spawn(
+        "room",
+        runtime.handle(),
+        &agent.engine,
+        Some(&agent),
+        caller_room,
+    )?;
     eprintln!("room: joining {url}");
     let options = args.call.room_options();
     let fields = serde_json::Map::from_iter([("url".to_string(), url.clone().into())]);

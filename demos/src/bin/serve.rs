@@ -45,7 +45,7 @@ fn run(args: Args) -> Result<()> {
         .enable_all()
         .build()?;
     args.view
-        .spawn("serve", runtime.handle(), &engine, CallerRoom::None)?;
+        .spawn("serve", runtime.handle(), &engine, None, CallerRoom::None)?;
     runtime.block_on(async {
         let listener = listen(args.addr).await?;
         eprintln!(

@@ -59,9 +59,13 @@ fn run(args: Args) -> Result<()> {
                 .map_or(0, |d| d.as_secs())
         ),
     };
-    args.call
-        .view
-        .spawn("worker", runtime.handle(), &agent.engine, view_room)?;
+    args.call.view.spawn(
+        "worker",
+        runtime.handle(),
+        &agent.engine,
+        Some(&agent),
+        view_room,
+    )?;
     let (drain_tx, drain) = watch::channel(false);
     runtime.spawn(async move {
         let (Ok(mut term), Ok(mut interrupt)) = (

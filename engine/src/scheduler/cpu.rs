@@ -6,7 +6,7 @@
 //! running sequences, and of retained call turns. A finished call turn's KV lives on in
 //! mistral.rs's prefix cache; call retention keeps budget room for it until the call's
 //! next turn (which finds it there) takes it over, or until it gives way to pressure or
-//! its time runs out.
+//! its time runs out. The prefix cache itself keeps at most the budget's tokens of KV.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -60,6 +60,15 @@ impl MakeRoomScheduler {
         let planner = &self.planner;
         self.running.retain(|seq| planner.knows(key(seq)));
         self.waiting.retain(|seq| planner.knows(key(seq)));
+        let kv = self
+            .running
+            .iter()
+            .chain(&self.waiting)
+            .fold((0, 0), |sum, seq| {
+                let (allocated, used) = seq.kv_cache_bytes();
+                (sum.0 + allocated, sum.1 + used)
+            });
+        self.planner.set_sequences_kv(kv);
     }
 
     /// Plans the next step and queues its passes.
@@ -179,6 +188,17 @@ impl Scheduler for MakeRoomScheduler {
     }
 
     fn set_prefix_caching_enabled(&mut self, _enabled: bool) {}
+
+    /// The prefix cache keeps at most as many tokens as the running sequences may hold (its
+    /// KV is the finished sequences', outside the budget): without this bound it kept the
+    /// last 16 sequences whatever their length, ~1.5 GB of agents' contexts under a soak.
+    fn prefix_cache_max_tokens(&self) -> Option<usize> {
+        Some(self.planner.policy().config().kv_budget_tokens)
+    }
+
+    fn prefix_cache_holds(&mut self, bytes: usize) {
+        self.planner.set_prefix_cache_kv(bytes);
+    }
 
     /// Answers every held request with the fault and forgets it: the engine is rebuilt
     /// with this scheduler for the next request.

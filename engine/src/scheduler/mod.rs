@@ -56,6 +56,9 @@ pub struct SchedulerState {
     /// Of those, the ones whose prompt is not yet all computed.
     pub prefilling_by_priority: Vec<(i32, usize)>,
     pub waiting_by_priority: Vec<(i32, usize)>,
+    /// The KV the scheduler's sequences and the prefix cache hold, and the heap's peak per
+    /// step (the engine adds its weights).
+    pub memory: crate::memory::EngineMemory,
 }
 
 /// One forward pass: sequences the engine can batch.

@@ -25,6 +25,17 @@ pub(super) struct Planner {
     /// The model decodes sequences of different KV lengths in one pass.
     unequal_decodes_together: bool,
     passes_out: PassCounts,
+    memory: MemorySeen,
+}
+
+/// What the scheduler sees of the engine's memory, step by step.
+#[derive(Debug, Default)]
+struct MemorySeen {
+    /// Allocated and used bytes of the KV of the sequences the adapter holds.
+    sequences_kv: (usize, usize),
+    prefix_cache_kv: usize,
+    step_window: crate::memory::PeakWindow,
+    step_peak: Option<usize>,
 }
 
 /// What the passes handed out so far decoded.
@@ -47,6 +58,7 @@ impl Planner {
             trace: Trace::from_env(),
             unequal_decodes_together: false,
             passes_out: PassCounts::default(),
+            memory: MemorySeen::default(),
         }
     }
 
@@ -131,10 +143,24 @@ impl Planner {
         }
     }
 
+    /// The bytes of KV (allocated, used) the adapter's sequences hold now.
+    pub fn set_sequences_kv(&mut self, bytes: (usize, usize)) {
+        self.memory.sequences_kv = bytes;
+    }
+
+    /// The bytes of KV mistral.rs's prefix cache keeps now.
+    pub fn set_prefix_cache_kv(&mut self, bytes: usize) {
+        self.memory.prefix_cache_kv = bytes;
+    }
+
     /// The policy's plan for the next step.
     pub fn plan(&mut self) -> Plan {
         if self.handle.take_panic_at_next_plan() {
             panic!("make-room: a panic injected by a test");
+        }
+        // The step that just ended: how far the heap rose while it ran.
+        if let Some(rise) = self.memory.step_window.close() {
+            self.memory.step_peak = self.memory.step_peak.max(Some(rise));
         }
         for call in self.handle.take_first_sentences() {
             self.policy.first_sentence_out(call);
@@ -225,6 +251,13 @@ impl Planner {
             running_by_priority: count(&|r| r.running),
             prefilling_by_priority: count(&|r| r.running && r.prefilling()),
             waiting_by_priority: count(&|r| !r.running),
+            memory: crate::memory::EngineMemory {
+                weights_bytes: None,
+                kv_allocated_bytes: self.memory.sequences_kv.0 as u64,
+                kv_used_bytes: self.memory.sequences_kv.1 as u64,
+                prefix_cache_bytes: self.memory.prefix_cache_kv as u64,
+                step_peak_bytes: self.memory.step_peak.map(|b| b as u64),
+            },
         });
     }
 }

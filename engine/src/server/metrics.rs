@@ -5,6 +5,7 @@ use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
+use crate::memory::EngineMemory;
 use crate::scheduler::SchedulerState;
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -291,9 +292,91 @@ pub fn render_scheduler(state: &SchedulerState) -> String {
     out
 }
 
+/// Where the memory goes: the engine's own figures (weights, KV, the heap's peak in a
+/// step) and the process's resident memory and heap they are read against. A figure not
+/// known here (off glibc, without the counting allocator) is left out.
+pub fn render_memory(memory: &EngineMemory) -> String {
+    let heap = crate::memory::heap_figures();
+    let gauges: [(&str, &str, Option<u64>); 8] = [
+        (
+            "sublet_engine_weights_bytes",
+            "The heap loading the engine's model took (weights as held, tokenizer).",
+            memory.weights_bytes,
+        ),
+        (
+            "sublet_engine_kv_allocated_bytes",
+            "KV allocated by the requests the scheduler holds, running or preempted.",
+            Some(memory.kv_allocated_bytes),
+        ),
+        (
+            "sublet_engine_kv_used_bytes",
+            "Of that KV, the bytes holding tokens.",
+            Some(memory.kv_used_bytes),
+        ),
+        (
+            "sublet_engine_prefix_cache_bytes",
+            "KV the engine's prefix cache keeps of finished requests.",
+            Some(memory.prefix_cache_bytes),
+        ),
+        (
+            "sublet_engine_step_peak_bytes",
+            "The most the heap rose within one scheduled step: activations and workspace.",
+            memory.step_peak_bytes,
+        ),
+        (
+            "sublet_process_resident_bytes",
+            "The process's resident memory.",
+            crate::memory::resident_bytes(),
+        ),
+        (
+            "sublet_process_heap_in_use_bytes",
+            "Bytes allocated and not freed (Rust and C libraries together).",
+            heap.map(|h| h.in_use()),
+        ),
+        (
+            "sublet_process_heap_free_kept_bytes",
+            "Bytes freed but kept by the allocator's arenas.",
+            heap.map(|h| h.arena_free),
+        ),
+    ];
+    let mut out = String::new();
+    for (name, help, value) in gauges {
+        if let Some(value) = value {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
+            );
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn renders_the_memory_it_knows() {
+        let memory = EngineMemory {
+            weights_bytes: Some(100),
+            kv_allocated_bytes: 40,
+            step_peak_bytes: None,
+            ..EngineMemory::default()
+        };
+        let text = render_memory(&memory);
+        for line in [
+            "sublet_engine_weights_bytes 100",
+            "sublet_engine_kv_allocated_bytes 40",
+            "sublet_engine_prefix_cache_bytes 0",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "{line} missing from\n{text}"
+            );
+        }
+        assert!(!text.contains("sublet_engine_step_peak_bytes"), "{text}");
+        assert!(text.contains("sublet_process_resident_bytes "), "{text}");
+    }
 
     #[test]
     fn renders_the_scheduler_only_when_make_room_runs() {

@@ -53,6 +53,19 @@ pub struct ServerConfig {
     /// running (default 64); beyond it a request gets 429 with `Retry-After`.
     pub max_in_flight: usize,
     pub limits: Limits,
+    /// More lines for `/metrics` from the process around the engine (default none).
+    pub more_metrics: Option<MoreMetrics>,
+}
+
+/// Lines of Prometheus' text format that the process around the engine adds to
+/// `/metrics` (the voice agent's speech models, say), rendered at each scrape.
+#[derive(Clone)]
+pub struct MoreMetrics(pub Arc<dyn Fn() -> String + Send + Sync>);
+
+impl std::fmt::Debug for MoreMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MoreMetrics")
+    }
 }
 
 impl Default for ServerConfig {
@@ -63,6 +76,7 @@ impl Default for ServerConfig {
             body_timeout: Duration::from_secs(30),
             max_in_flight: 64,
             limits: Limits::default(),
+            more_metrics: None,
         }
     }
 }
@@ -181,7 +195,14 @@ async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Respo
 async fn metrics_text(State(state): State<Arc<AppState>>) -> Response {
     (
         [("content-type", "text/plain; version=0.0.4")],
-        state.metrics.render() + &metrics::render_scheduler(&state.engine.scheduler_state()),
+        state.metrics.render()
+            + &metrics::render_scheduler(&state.engine.scheduler_state())
+            + &metrics::render_memory(&state.engine.memory())
+            + &state
+                .config
+                .more_metrics
+                .as_ref()
+                .map_or_else(String::new, |more| (more.0)()),
     )
         .into_response()
 }
