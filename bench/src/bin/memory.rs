@@ -32,7 +32,7 @@ use sublet_agent::{AgentConfig, Pacing, Quiet, SpeechMemory, VoiceAgent};
 use sublet_bench::{agents, trace};
 use sublet_engine::make_room::{PolicyConfig, Switches};
 use sublet_engine::memory::{
-    heap_figures, resident_bytes, CountingAllocator, EngineMemory, HeapFigures,
+    counted_heap, heap_figures, resident_bytes, CountingAllocator, EngineMemory, HeapFigures,
 };
 use sublet_engine::{Engine, EngineConfig, VOICE_PRIORITY};
 use sublet_models::ModelCache;
@@ -63,6 +63,8 @@ struct Args {
 struct Sample {
     resident: u64,
     heap: HeapFigures,
+    /// What Rust code holds of the heap (the counting allocator's figure).
+    rust_heap: u64,
     engine: EngineMemoryCopy,
     speech: SpeechMemory,
 }
@@ -93,6 +95,7 @@ fn sample(agent: &VoiceAgent) -> Option<Sample> {
     Some(Sample {
         resident: resident_bytes()?,
         heap: heap_figures()?,
+        rust_heap: counted_heap().unwrap_or(0) as u64,
         engine: agent.engine.memory().into(),
         speech: agent.speech_memory(),
     })
@@ -234,6 +237,10 @@ fn print_table(at_start: u64, columns: &[(String, Sample)]) -> bool {
         (
             "  heap in use",
             Box::new(move |s: &Sample| mb(s.heap.in_use())),
+        ),
+        (
+            "    of which Rust's allocations",
+            Box::new(move |s: &Sample| mb(s.rust_heap)),
         ),
         (
             "    of which blocks mapped on their own",
