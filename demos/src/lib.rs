@@ -276,7 +276,8 @@ impl ApiArgs {
     }
 }
 
-/// The voice agent's speech models in `/metrics`: the heap each took at its latest load.
+/// The voice agent's speech models in `/metrics`: the heap each took at its latest load;
+/// and each part's large blocks, by the pages they touch.
 fn speech_metrics(memory: &SpeechMemory) -> String {
     let mut out = String::new();
     let name = "sublet_speech_model_bytes";
@@ -290,6 +291,20 @@ fn speech_metrics(memory: &SpeechMemory) -> String {
     ] {
         if let Some(bytes) = bytes {
             out.push_str(&format!("{name}{{model=\"{model}\"}} {bytes}\n"));
+        }
+    }
+    if let Some(blocks) = sublet_heap::large_blocks() {
+        let name = "sublet_heap_large_block_bytes";
+        out.push_str(&format!(
+            "# HELP {name} Each part's large heap blocks: allocated, and resident (pages touched).\n# TYPE {name} gauge\n"
+        ));
+        for owner in sublet_heap::Owner::ALL {
+            let b = blocks.of(owner);
+            let part = owner.name();
+            out.push_str(&format!(
+                "{name}{{part=\"{part}\",pages=\"allocated\"}} {}\n{name}{{part=\"{part}\",pages=\"resident\"}} {}\n",
+                b.allocated, b.resident
+            ));
         }
     }
     out
@@ -380,6 +395,8 @@ impl AgentArgs {
 /// Counts the heap, so that the engine reports the most a step took (`/metrics`, the page).
 #[global_allocator]
 static HEAP: sublet_engine::memory::CountingAllocator = sublet_engine::memory::CountingAllocator;
+// Large blocks by owner and by resident pages, for `/metrics` and the live page.
+sublet_heap::interpose_malloc!();
 
 /// Runs a demo: the libraries' warnings (through `tracing`) printed on stderr, then `run`;
 /// success, or its error (with causes) after the demo's name and a failing status.
@@ -509,5 +526,38 @@ mod tests {
         assert_eq!(shape(&off), (Some(Switches::default()), false));
         assert!(CallCli::try_parse_from(["x", "--turn-hints", "--no-turn-hints"]).is_err());
         assert!(CallCli::try_parse_from(["x", "--api", "not-an-address"]).is_err());
+    }
+
+    #[test]
+    fn metrics_show_each_speech_models_load_and_each_parts_resident_blocks() {
+        // A block the engine's code allocates and touches half of.
+        let block = {
+            let _engine = sublet_heap::owned_by(sublet_heap::Owner::Engine);
+            let mut block = vec![0u8; 8 << 20];
+            block[..4 << 20].fill(1);
+            block
+        };
+        let memory = SpeechMemory {
+            whisper_bytes: Some(5),
+            ..SpeechMemory::default()
+        };
+        let text = speech_metrics(&memory);
+        assert!(
+            text.contains("sublet_speech_model_bytes{model=\"whisper\"} 5\n"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("model=\"voice\""),
+            "a model not loaded: {text}"
+        );
+        let figure = |pages: &str| -> u64 {
+            let key =
+                format!("sublet_heap_large_block_bytes{{part=\"engine\",pages=\"{pages}\"}} ");
+            let line = text.lines().find(|l| l.starts_with(&key)).expect(&key);
+            line[key.len()..].parse().unwrap()
+        };
+        assert!(figure("allocated") >= 8 << 20, "{text}");
+        assert!(figure("resident") >= 4 << 20, "{text}");
+        drop(block);
     }
 }

@@ -250,7 +250,7 @@ pub fn engine_state(engine: &Engine, speech: Option<SpeechMemory>) -> Value {
 
 /// Where the memory goes, each figure in bytes (null where not known): the process's
 /// resident memory and heap, the engine's weights, KV and heap peak per step, and each
-/// speech model's heap at its load.
+/// speech model's heap at its load, and each part's large blocks (allocated, resident).
 pub fn memory_figures(engine: &EngineMemory, speech: Option<SpeechMemory>) -> Value {
     let heap = memory::heap_figures();
     let speech = speech.unwrap_or_default();
@@ -266,6 +266,15 @@ pub fn memory_figures(engine: &EngineMemory, speech: Option<SpeechMemory>) -> Va
         "whisper_bytes": speech.whisper_bytes,
         "turn_detector_bytes": speech.turn_detector_bytes,
         "voice_bytes": speech.voice_bytes,
+        "large_blocks": sublet_heap::large_blocks().map(|blocks| {
+            sublet_heap::Owner::ALL
+                .iter()
+                .map(|&owner| {
+                    let b = blocks.of(owner);
+                    json!({ "part": owner.name(), "allocated_bytes": b.allocated, "resident_bytes": b.resident })
+                })
+                .collect::<Vec<_>>()
+        }),
     })
 }
 

@@ -114,6 +114,14 @@ function showEngine(state) {
     const label = name.replace(/_bytes$/, "").replaceAll("_", " ");
     if (typeof value === "number") row(table, label, `${(value / MB).toFixed(0)} MB`);
   }
+  for (const part of memory.large_blocks || []) {
+    const mb = (bytes) => (bytes / MB).toFixed(0);
+    row(
+      table,
+      `${part.part.replaceAll("_", " ")} large blocks`,
+      `${mb(part.resident_bytes)} of ${mb(part.allocated_bytes)} MB resident`,
+    );
+  }
   root.appendChild(table);
 }
 

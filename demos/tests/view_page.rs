@@ -228,13 +228,16 @@ fn a_call_on_the_page(answered: Answered) {
         "the engine panel lacks KV use against the budget of {budget}: {engine_text:?}"
     );
     // Where the memory goes: the engine's weights as the engine reports them, and the
-    // speech models the call loaded.
+    // speech models the call loaded, each part's blocks by the pages they touch.
     let weights_mb = engine.memory().weights_bytes.unwrap() as f64 / (1024.0 * 1024.0);
     for shown in [
         format!("engine weights{weights_mb:.0} MB"),
         "whisper".into(),
         "voice".into(),
         "prefix cache".into(),
+        // Each part's large blocks by resident pages (the demos interpose malloc).
+        "engine large blocks".into(),
+        "whisper large blocks".into(),
     ] {
         assert!(
             engine_text.contains(&shown),

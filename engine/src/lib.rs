@@ -146,8 +146,10 @@ impl Engine {
             .enable_all()
             .build()?;
         let make_room = scheduler::MakeRoomHandle::default();
+        let owner = sublet_heap::owned_by(sublet_heap::Owner::Engine);
         let (built, weights_bytes) =
             memory::heap_taken_by(|| runtime.block_on(build_runner(config, &make_room)));
+        drop(owner);
         let (runner, tokens) = built?;
         // The load's warm-up request leaves its KV in the prefix cache: not weights.
         let warm_up_kv = make_room.state().memory.prefix_cache_bytes;

@@ -144,13 +144,7 @@ pub fn heap_figures() -> Option<HeapFigures> {
     }
 }
 
-/// The process's resident memory (Linux's `VmRSS`), else `None`.
-pub fn resident_bytes() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
-}
+pub use sublet_heap::resident_bytes;
 
 /// The heap that loading something took: the allocator's bytes in use after `load` less
 /// before (`None` off glibc). Other threads' allocations meanwhile count too, so measure

@@ -41,6 +41,7 @@ impl SpeechModel {
     }
 
     pub fn from_file(path: &Path) -> Result<Self> {
+        let _owner = sublet_heap::owned_by(sublet_heap::Owner::Whisper);
         // whisper.cpp logs every load step to stderr; route it to nothing.
         whisper_rs::install_logging_hooks();
         let path_str = path.to_str().context("model path is not UTF-8")?;
@@ -52,6 +53,7 @@ impl SpeechModel {
 
     /// A transcriber of its own (one transcription at a time) over this model.
     pub fn transcriber(&self) -> Result<Transcriber> {
+        let _owner = sublet_heap::owned_by(sublet_heap::Owner::Whisper);
         let state = self.0.create_state().context("creating Whisper state")?;
         // One thread unless `SUBLET_STT_THREADS` says otherwise: whisper.cpp's threads wait
         // for each other by spinning, and beside an engine that keeps every core busy a
@@ -132,6 +134,7 @@ impl Transcriber {
     }
 
     fn run(&mut self, audio: &[f32], audio_ctx: i32, seconds: f64) -> Result<String> {
+        let _owner = sublet_heap::owned_by(sublet_heap::Owner::Whisper);
         let mut params = FullParams::new(SamplingStrategy::Greedy { best_of: 1 });
         params.set_n_threads(self.threads);
         params.set_language(Some("en"));

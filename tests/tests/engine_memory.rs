@@ -12,6 +12,7 @@ use sublet_models::ModelCache;
 
 #[global_allocator]
 static HEAP: CountingAllocator = CountingAllocator;
+sublet_heap::interpose_malloc!();
 
 /// SmolLM2-135M's KV per token on the CPU: 30 layers × 3 KV heads × 64 dimensions × keys
 /// and values × 2 bytes (the cache holds f16, patch 10).
@@ -41,7 +42,11 @@ fn the_engine_and_the_speech_models_report_where_their_memory_goes() {
     };
     let gguf_bytes = std::fs::metadata(&config.model).unwrap().len();
     let engine = std::sync::Arc::new(Engine::load(&config).unwrap());
-    let loaded = engine.memory();
+    // The warm-up's KV reaches the prefix cache as the engine's loop frees its sequence,
+    // which may be just after the load returns.
+    let loaded = wait_for(&engine, "the warm-up's KV in the prefix cache", |m| {
+        m.prefix_cache_bytes > 0
+    });
     println!("loaded: {loaded:?} (the GGUF: {gguf_bytes} bytes)");
     // Quantized matrices are held as the file stores them; mistral.rs dequantizes the
     // token embeddings (49,152 × 576) to f32 besides (~290 MB in all, measured here).
@@ -107,4 +112,32 @@ fn the_engine_and_the_speech_models_report_where_their_memory_goes() {
     ] {
         assert!(bytes.is_some_and(|b| b > 1 << 20), "{model}: {bytes:?}");
     }
+
+    // Each model's large blocks, by the pages they hold: the engine's weights are all
+    // touched; Whisper, Piper and the turn detector hold blocks of their own, a part of
+    // each resident; together they fit in the process.
+    let blocks = sublet_heap::large_blocks().expect("malloc is interposed here");
+    let resident = sublet_heap::resident_bytes().unwrap();
+    println!("large blocks: {blocks:?}, resident {resident}");
+    use sublet_heap::Owner;
+    let engine_blocks = blocks.of(Owner::Engine);
+    assert!(
+        engine_blocks.resident >= weights * 9 / 10,
+        "the engine's blocks {engine_blocks:?} against weights {weights}"
+    );
+    for owner in [Owner::Whisper, Owner::Voice, Owner::TurnDetector] {
+        let b = blocks.of(owner);
+        assert!(b.resident > 1 << 20, "{owner:?}: {b:?}");
+    }
+    // whisper.cpp allocates its state's buffers for the longest audio and touches what a
+    // call uses: counted by size they would read several times what the process holds.
+    let whisper = blocks.of(Owner::Whisper);
+    assert!(
+        whisper.resident < whisper.allocated / 2,
+        "Whisper's blocks {whisper:?}"
+    );
+    assert!(
+        blocks.total().resident < resident,
+        "{blocks:?} against {resident}"
+    );
 }

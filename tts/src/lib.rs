@@ -62,6 +62,7 @@ pub struct Voice {
 
 impl Voice {
     pub fn load(cache: &ModelCache) -> Result<Self> {
+        let _owner = sublet_heap::owned_by(sublet_heap::Owner::Voice);
         let config_path = cache.piper_config()?;
         let config: VoiceConfig = serde_json::from_slice(&std::fs::read(&config_path)?)
             .with_context(|| format!("reading voice config {}", config_path.display()))?;
@@ -145,6 +146,7 @@ impl Voice {
         let inference = &self.config.inference;
         let scales = vec![prosody.noise_scale, prosody.length_scale, inference.noise_w];
         let length = ids.len();
+        let _owner = sublet_heap::owned_by(sublet_heap::Owner::Voice);
         let outputs = self.session.run(ort::inputs![
             "input" => Tensor::from_array(([1usize, length], ids))?,
             "input_lengths" => Tensor::from_array(([1usize], vec![length as i64]))?,

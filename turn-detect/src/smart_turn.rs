@@ -19,6 +19,7 @@ pub struct SmartTurn {
 
 impl SmartTurn {
     pub fn load(cache: &ModelCache) -> Result<Self> {
+        let _owner = sublet_heap::owned_by(sublet_heap::Owner::TurnDetector);
         let path = cache.smart_turn()?;
         let session = onnx_session(cache, &path, 2).map_err(anyhow::Error::msg)?;
         Ok(Self {
@@ -49,6 +50,7 @@ impl SmartTurn {
         let features = self.mel.features(&window);
         let frames = features.len() / N_MELS;
         let input = Tensor::from_array(([1usize, N_MELS, frames], features))?;
+        let _owner = sublet_heap::owned_by(sublet_heap::Owner::TurnDetector);
         let outputs = self.session.run(ort::inputs!["input_features" => input])?;
         let (_, out) = outputs[0].try_extract_tensor::<f32>()?;
         Ok(out[0])

@@ -20,6 +20,7 @@ pub struct SileroVad {
 
 impl SileroVad {
     pub fn load(cache: &ModelCache) -> Result<Self> {
+        let _owner = sublet_heap::owned_by(sublet_heap::Owner::TurnDetector);
         let path = cache.silero_vad()?;
         let session = onnx_session(cache, &path, 1).map_err(anyhow::Error::msg)?;
         Ok(Self {
@@ -50,6 +51,7 @@ impl SileroVad {
         let input = Tensor::from_array(([1usize, CONTEXT + VAD_FRAME], input))?;
         let state = Tensor::from_array(([2usize, 1, 128], self.state.clone()))?;
         let rate = Tensor::from_array(((), vec![16_000i64]))?;
+        let _owner = sublet_heap::owned_by(sublet_heap::Owner::TurnDetector);
         let outputs = self
             .session
             .run(ort::inputs!["input" => input, "state" => state, "sr" => rate])?;

@@ -9,14 +9,17 @@
 //! one call's VAD, Smart Turn and Piper loaded, no turn yet); **one call** (a recorded call
 //! of three turns in real time); **a call beside N agents** (the same call while N coding
 //! agents replay their sessions through the OpenAI-compatible API). During each, a sampler
-//! keeps the moment of most resident memory and shows it split:
-//! - the code and runtime loaded before any model (resident memory at start);
-//! - the heap in use (glibc's figure: Rust and the C libraries together), within it each
-//!   model's weights (the heap its load took), the KV of the engine's requests
-//!   (allocated, and of that used) and of its prefix cache, and the rest;
-//! - the heap freed but kept by the allocator's arenas (no trimmer runs here, so its pages
-//!   stay resident);
-//! - what none of these accounts for, which should stay within 10% of resident memory.
+//! keeps the moment of most resident memory and shows it split, every figure in resident
+//! bytes:
+//! - the pages of files (the program's code, its libraries);
+//! - each part's large blocks (`sublet-heap`: malloc interposed, each block attributed to
+//!   the model whose code allocated it, counted by the pages it has touched): the engine
+//!   (beside its own figures: weights, KV allocated and used, the prefix cache's KV),
+//!   Whisper, the turn detector, Piper, and the rest of the program;
+//! - the small blocks of every part (glibc's bytes in use less the large blocks');
+//! - the heap freed but kept by the allocator's arenas (no trimmer runs here);
+//! - what none of these accounts for (threads' stacks, the allocator's own pages), which
+//!   must stay within 10% of resident memory.
 //!
 //! The activations and workspace of a step are transient: the heap's largest rise within
 //! one scheduled step is shown on its own line (counted by the allocator this binary
@@ -35,10 +38,12 @@ use sublet_engine::memory::{
     counted_heap, heap_figures, resident_bytes, CountingAllocator, EngineMemory, HeapFigures,
 };
 use sublet_engine::{Engine, EngineConfig, VOICE_PRIORITY};
+use sublet_heap::{large_blocks, LargeBlocks, Owner};
 use sublet_models::ModelCache;
 
 #[global_allocator]
 static HEAP: CountingAllocator = CountingAllocator;
+sublet_heap::interpose_malloc!();
 
 /// The recorded call each workload plays.
 const CALL: &str = "three_turns.wav";
@@ -62,6 +67,9 @@ struct Args {
 #[derive(Debug, Clone, Copy)]
 struct Sample {
     resident: u64,
+    /// Resident pages of files: code and libraries.
+    file_backed: u64,
+    blocks: LargeBlocks,
     heap: HeapFigures,
     /// What Rust code holds of the heap (the counting allocator's figure).
     rust_heap: u64,
@@ -94,6 +102,8 @@ impl From<EngineMemory> for EngineMemoryCopy {
 fn sample(agent: &VoiceAgent) -> Option<Sample> {
     Some(Sample {
         resident: resident_bytes()?,
+        file_backed: sublet_heap::file_backed_bytes()?,
+        blocks: large_blocks()?,
         heap: heap_figures()?,
         rust_heap: counted_heap().unwrap_or(0) as u64,
         engine: agent.engine.memory().into(),
@@ -135,7 +145,10 @@ fn peak_during<T>(agent: &VoiceAgent, work: impl FnOnce() -> Result<T>) -> Resul
 }
 
 fn run(args: Args) -> Result<()> {
-    let at_start = resident_bytes().context("no resident memory figure here (Linux only)")?;
+    anyhow::ensure!(
+        large_blocks().is_some(),
+        "no figures of large blocks here (Linux with glibc only)"
+    );
     let cache = ModelCache::from_env();
     eprintln!("memory: loading the engine");
     let engine = Arc::new(Engine::load(&EngineConfig {
@@ -199,7 +212,7 @@ fn run(args: Args) -> Result<()> {
     })?;
     columns.push((format!("call + {} agents", args.agents), beside));
 
-    let within = print_table(at_start, &columns);
+    let within = print_table(&columns);
     anyhow::ensure!(
         within,
         "more than {:.0}% of resident memory is not accounted for",
@@ -208,59 +221,46 @@ fn run(args: Args) -> Result<()> {
     Ok(())
 }
 
+/// The small blocks of every part: glibc's bytes in use less the large blocks'.
+fn small_blocks(s: &Sample) -> u64 {
+    s.heap
+        .in_use()
+        .saturating_sub(s.blocks.total().allocated + s.blocks.unrecorded)
+}
+
+/// Resident memory less every part the table shows.
+fn unaccounted(s: &Sample) -> i64 {
+    let parts = s.file_backed + s.blocks.total().resident + small_blocks(s) + s.heap.arena_free;
+    s.resident as i64 - parts as i64
+}
+
 /// Prints the table; whether every workload's figures add up to its resident memory
 /// within [`UNACCOUNTED_SHARE`].
-fn print_table(at_start: u64, columns: &[(String, Sample)]) -> bool {
+fn print_table(columns: &[(String, Sample)]) -> bool {
     let mb = |bytes: u64| format!("{:.0}", bytes as f64 / (1024.0 * 1024.0));
-    let named = |s: &Sample| {
-        let speech = s.speech;
-        s.engine.weights
-            + speech.whisper_bytes.unwrap_or(0)
-            + speech.turn_detector_bytes.unwrap_or(0)
-            + speech.voice_bytes.unwrap_or(0)
-            + s.engine.kv_allocated
-            + s.engine.prefix_cache
-    };
-    let unaccounted = move |s: &Sample| {
-        s.resident as i64 - (at_start + s.heap.in_use() + s.heap.arena_free) as i64
+    let owned = move |owner: Owner| {
+        move |s: &Sample| {
+            let b = s.blocks.of(owner);
+            format!("{} of {}", mb(b.resident), mb(b.allocated))
+        }
     };
     type Cell = Box<dyn Fn(&Sample) -> String>;
     let rows: Vec<(&str, Cell)> = vec![
         (
-            "resident memory, MB",
+            "resident memory",
             Box::new(move |s: &Sample| mb(s.resident)),
         ),
         (
-            "  code and runtime, before any model",
-            Box::new(move |_: &Sample| mb(at_start)),
+            "  code and libraries (pages of files)",
+            Box::new(move |s: &Sample| mb(s.file_backed)),
         ),
         (
-            "  heap in use",
-            Box::new(move |s: &Sample| mb(s.heap.in_use())),
+            "  engine's large blocks: resident of allocated",
+            Box::new(owned(Owner::Engine)),
         ),
         (
-            "    of which Rust's allocations",
-            Box::new(move |s: &Sample| mb(s.rust_heap)),
-        ),
-        (
-            "    of which blocks mapped on their own",
-            Box::new(move |s: &Sample| mb(s.heap.mapped)),
-        ),
-        (
-            "    engine weights (SmolLM2-135M, as held)",
+            "    its weights (SmolLM2-135M, as held)",
             Box::new(move |s: &Sample| mb(s.engine.weights)),
-        ),
-        (
-            "    Whisper (shared by calls)",
-            Box::new(move |s: &Sample| mb(s.speech.whisper_bytes.unwrap_or(0))),
-        ),
-        (
-            "    VAD and Smart Turn (each call's)",
-            Box::new(move |s: &Sample| mb(s.speech.turn_detector_bytes.unwrap_or(0))),
-        ),
-        (
-            "    Piper (each call's)",
-            Box::new(move |s: &Sample| mb(s.speech.voice_bytes.unwrap_or(0))),
         ),
         (
             "    KV of requests: allocated / used",
@@ -273,18 +273,40 @@ fn print_table(at_start: u64, columns: &[(String, Sample)]) -> bool {
             Box::new(move |s: &Sample| mb(s.engine.prefix_cache)),
         ),
         (
-            "    the rest of the heap",
-            Box::new(move |s: &Sample| {
-                let rest = s.heap.in_use() as i64 - named(s) as i64;
-                format!("{:.0}", rest as f64 / (1024.0 * 1024.0))
-            }),
+            "  Whisper: model and transcribers' state",
+            Box::new(owned(Owner::Whisper)),
+        ),
+        (
+            "    of which its load (weights)",
+            Box::new(move |s: &Sample| mb(s.speech.whisper_bytes.unwrap_or(0))),
+        ),
+        (
+            "  VAD and Smart Turn (ONNX Runtime)",
+            Box::new(owned(Owner::TurnDetector)),
+        ),
+        (
+            "    of which their load (weights)",
+            Box::new(move |s: &Sample| mb(s.speech.turn_detector_bytes.unwrap_or(0))),
+        ),
+        ("  Piper (ONNX Runtime)", Box::new(owned(Owner::Voice))),
+        (
+            "    of which its load (weights)",
+            Box::new(move |s: &Sample| mb(s.speech.voice_bytes.unwrap_or(0))),
+        ),
+        (
+            "  other large blocks (runtime, audio, HTTP)",
+            Box::new(owned(Owner::Other)),
+        ),
+        (
+            "  small blocks, every part's",
+            Box::new(move |s: &Sample| mb(small_blocks(s))),
         ),
         (
             "  heap freed, kept by the arenas",
             Box::new(move |s: &Sample| mb(s.heap.arena_free)),
         ),
         (
-            "  not accounted for",
+            "  not accounted for (stacks, allocator)",
             Box::new(move |s: &Sample| {
                 let gap = unaccounted(s);
                 format!(
@@ -298,20 +320,28 @@ fn print_table(at_start: u64, columns: &[(String, Sample)]) -> bool {
             "activations and workspace: most in a step",
             Box::new(move |s: &Sample| s.engine.step_peak.map_or("-".into(), mb)),
         ),
+        (
+            "heap allocated, touched or not (glibc)",
+            Box::new(move |s: &Sample| mb(s.heap.in_use())),
+        ),
+        (
+            "  of which Rust's allocations",
+            Box::new(move |s: &Sample| mb(s.rust_heap)),
+        ),
     ];
-    let width = 22;
+    let width = 20;
     let header: String = columns
         .iter()
         .map(|(n, _)| format!("{n:>width$}"))
         .collect();
     println!("\nwhere the memory goes, at each workload's most resident moment (MB)");
-    println!("{:<44}{header}", "");
+    println!("{:<48}{header}", "");
     for (label, cell) in &rows {
         let cells: String = columns
             .iter()
             .map(|(_, s)| format!("{:>width$}", cell(s)))
             .collect();
-        println!("{label:<44}{cells}");
+        println!("{label:<48}{cells}");
     }
     let within = columns.iter().all(|(_, s)| {
         (unaccounted(s).unsigned_abs() as f64) <= UNACCOUNTED_SHARE * s.resident as f64

@@ -98,6 +98,8 @@ fn key(seq: &Sequence) -> u64 {
 
 impl Scheduler for MakeRoomScheduler {
     fn schedule(&mut self, logger: &IntervalLogger) -> SchedulerOutput<'_> {
+        // Everything the engine's loop allocates is the engine's (see sublet-heap).
+        sublet_heap::set_thread_owner(sublet_heap::Owner::Engine);
         if !self.planner.step_in_flight() {
             let started = Instant::now();
             self.finish_step();

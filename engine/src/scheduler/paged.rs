@@ -409,6 +409,8 @@ impl PagedMakeRoomScheduler {
 
 impl Scheduler for PagedMakeRoomScheduler {
     fn schedule(&mut self, logger: &IntervalLogger) -> SchedulerOutput<'_> {
+        // Everything the engine's loop allocates is the engine's (see sublet-heap).
+        sublet_heap::set_thread_owner(sublet_heap::Owner::Engine);
         let pass = self.steps.next_pass();
         logger.set_num_running(self.steps.running_len());
         logger.set_num_waiting(self.steps.waiting_len());
