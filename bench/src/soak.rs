@@ -73,6 +73,56 @@ pub struct ProcessSample {
     /// glibc's arena chunks freed but kept, MB.
     #[serde(default)]
     pub heap_free_kept_mb: Option<f64>,
+    /// Each part's large heap blocks, MB resident (`sublet-heap`): which part holds what
+    /// resident memory gains.
+    #[serde(default)]
+    pub parts_resident_mb: Option<PartsMb>,
+}
+
+/// A figure for each part of the program that holds large heap blocks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct PartsMb {
+    pub engine: f64,
+    pub whisper: f64,
+    pub turn_detector: f64,
+    pub voice: f64,
+    pub other: f64,
+}
+
+impl PartsMb {
+    /// Each part's large blocks now, MB resident; `None` unless malloc is interposed.
+    pub fn now() -> Option<Self> {
+        use sublet_heap::Owner;
+        let blocks = sublet_heap::large_blocks()?;
+        let mb = |owner| blocks.of(owner).resident as f64 / (1024.0 * 1024.0);
+        Some(Self {
+            engine: mb(Owner::Engine),
+            whisper: mb(Owner::Whisper),
+            turn_detector: mb(Owner::TurnDetector),
+            voice: mb(Owner::Voice),
+            other: mb(Owner::Other),
+        })
+    }
+
+    fn each(&self) -> [f64; 5] {
+        [
+            self.engine,
+            self.whisper,
+            self.turn_detector,
+            self.voice,
+            self.other,
+        ]
+    }
+
+    fn from_each(v: [f64; 5]) -> Self {
+        Self {
+            engine: v[0],
+            whisper: v[1],
+            turn_detector: v[2],
+            voice: v[3],
+            other: v[4],
+        }
+    }
 }
 
 /// What a soak adds up to.
@@ -93,6 +143,13 @@ pub struct SoakFigures {
     /// climbs means the allocator keeps freed memory; climbing with it, the program holds more.
     #[serde(default)]
     pub heap_slope_mb_per_min: Option<f64>,
+    /// Each part's resident large blocks: their slope after warm-up, MB a minute.
+    #[serde(default)]
+    pub parts_slope_mb_per_min: Option<PartsMb>,
+    /// The least resident memory in each five minutes after warm-up, MB: a leak lifts it
+    /// call after call, where the swings of the agents' sessions only move the highs.
+    #[serde(default)]
+    pub rss_lows_mb: Vec<f64>,
     pub rss_first_mb: Option<f64>,
     pub rss_last_mb: Option<f64>,
     pub fds_min_max: Option<(usize, usize)>,
@@ -101,6 +158,9 @@ pub struct SoakFigures {
     #[serde(default)]
     pub peer_connections_first_last: Option<(usize, usize)>,
 }
+
+/// The span of each window whose least resident memory [`SoakFigures::rss_lows_mb`] keeps.
+const LOW_WINDOW_S: f64 = 300.0;
 
 /// The figures from the calls and the samples; samples before `warm_up_s` are left out of
 /// the memory slope.
@@ -124,8 +184,33 @@ pub fn figures(calls: &[SoakCall], samples: &[ProcessSample], warm_up_s: f64) ->
     let warm = samples.iter().filter(|s| s.at_s >= warm_up_s);
     let rss: Vec<(f64, f64)> = warm.clone().map(|s| (s.at_s / 60.0, s.rss_mb)).collect();
     let heap: Vec<(f64, f64)> = warm
+        .clone()
         .filter_map(|s| Some((s.at_s / 60.0, s.heap_in_use_mb?)))
         .collect();
+    let parts: Vec<(f64, PartsMb)> = warm
+        .clone()
+        .filter_map(|s| Some((s.at_s / 60.0, s.parts_resident_mb?)))
+        .collect();
+    let parts_slope = (0..5)
+        .map(|i| {
+            slope(
+                &parts
+                    .iter()
+                    .map(|(t, p)| (*t, p.each()[i]))
+                    .collect::<Vec<_>>(),
+            )
+        })
+        .collect::<Option<Vec<f64>>>()
+        .map(|v| PartsMb::from_each([v[0], v[1], v[2], v[3], v[4]]));
+    let mut rss_lows_mb: Vec<f64> = Vec::new();
+    for s in warm {
+        let window = ((s.at_s - warm_up_s) / LOW_WINDOW_S) as usize;
+        if rss_lows_mb.len() <= window {
+            rss_lows_mb.resize(window + 1, f64::INFINITY);
+        }
+        rss_lows_mb[window] = rss_lows_mb[window].min(s.rss_mb);
+    }
+    rss_lows_mb.retain(|v| v.is_finite());
     let min_max = |values: Vec<usize>| Some((*values.iter().min()?, *values.iter().max()?));
     SoakFigures {
         calls: calls.len(),
@@ -136,6 +221,8 @@ pub fn figures(calls: &[SoakCall], samples: &[ProcessSample], warm_up_s: f64) ->
         faults_survived,
         rss_slope_mb_per_min: slope(&rss),
         heap_slope_mb_per_min: slope(&heap),
+        parts_slope_mb_per_min: parts_slope,
+        rss_lows_mb,
         rss_first_mb: samples.first().map(|s| s.rss_mb),
         rss_last_mb: samples.last().map(|s| s.rss_mb),
         fds_min_max: min_max(samples.iter().map(|s| s.fds).collect()),
@@ -227,6 +314,12 @@ mod tests {
                 peer_connections: 2,
                 heap_in_use_mb: Some(80.0 + (i.min(4) as f64) * 20.0),
                 heap_free_kept_mb: Some(10.0),
+                // The engine's blocks flat; Whisper's grow 2 MB a minute throughout.
+                parts_resident_mb: Some(PartsMb {
+                    engine: 300.0,
+                    whisper: 100.0 + i as f64,
+                    ..PartsMb::default()
+                }),
             })
             .collect();
         let f = figures(&calls, &samples, 120.0);
@@ -238,6 +331,13 @@ mod tests {
         assert_eq!(f.faults_survived.get("media_stopped"), None);
         assert!(f.rss_slope_mb_per_min.unwrap().abs() < 1e-9, "{f:?}");
         assert!(f.heap_slope_mb_per_min.unwrap().abs() < 1e-9, "{f:?}");
+        let parts = f.parts_slope_mb_per_min.unwrap();
+        assert!(
+            parts.engine.abs() < 1e-9 && (parts.whisper - 2.0).abs() < 1e-9,
+            "{parts:?}"
+        );
+        // Samples from 120 s to 570 s: the windows from 120 s and from 420 s.
+        assert_eq!(f.rss_lows_mb, vec![220.0, 220.0]);
         assert_eq!(f.fds_min_max, Some((40, 42)));
         assert_eq!(fault_of(3), Fault::CallPanics);
         assert!((slope(&[(0.0, 1.0), (1.0, 3.0)]).unwrap() - 2.0).abs() < 1e-12);

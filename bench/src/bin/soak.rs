@@ -22,7 +22,7 @@ use clap::Parser;
 use sublet_agent::call_log::{read_call_record, CallLog};
 use sublet_agent::{AgentConfig, CallObserver, TurnFaults, TurnRecord, VoiceAgent};
 use sublet_bench::soak::{
-    fault_of, figures, Fault, ProcessSample, SoakCall, SoakFigures, SCHEDULE,
+    fault_of, figures, Fault, PartsMb, ProcessSample, SoakCall, SoakFigures, SCHEDULE,
 };
 use sublet_bench::{agents, trace};
 use sublet_engine::make_room::{PolicyConfig, Switches};
@@ -105,6 +105,9 @@ impl CallObserver for SoakObserver {
         }
     }
 }
+
+// Each part's large blocks by resident pages, sampled beside resident memory.
+sublet_heap::interpose_malloc!();
 
 fn main() -> Result<()> {
     // Calls run here, each on threads of its own.
@@ -219,10 +222,11 @@ fn main() -> Result<()> {
                 n + 1,
                 fault_of(n),
                 last.map_or(String::new(), |s| format!(
-                    "resident {:.0} MB (arenas: {:.0} MB in use, {:.0} MB free kept), {} fds, {} threads, {} peer connections not freed",
+                    "resident {:.0} MB (arenas: {:.0} MB in use, {:.0} MB free kept; large blocks resident: {}), {} fds, {} threads, {} peer connections not freed",
                     s.rss_mb,
                     s.heap_in_use_mb.unwrap_or(f64::NAN),
                     s.heap_free_kept_mb.unwrap_or(f64::NAN),
+                    s.parts_resident_mb.map_or("–".into(), |p| parts(&p, "MB")),
                     s.fds,
                     s.threads,
                     s.peer_connections
@@ -384,7 +388,16 @@ fn sample(started: Instant) -> Option<ProcessSample> {
         peer_connections: sublet_livekit::peer::live_peer_connections(),
         heap_in_use_mb: heap.map(|h| h.arena_in_use as f64 / MB),
         heap_free_kept_mb: heap.map(|h| h.arena_free as f64 / MB),
+        parts_resident_mb: PartsMb::now(),
     })
+}
+
+/// Each part's figure, in a line.
+fn parts(p: &PartsMb, unit: &str) -> String {
+    format!(
+        "engine {:.1}, Whisper {:.1}, turn detector {:.1}, Piper {:.1}, other {:.1} {unit}",
+        p.engine, p.whisper, p.turn_detector, p.voice, p.other
+    )
 }
 
 fn write_report(
@@ -408,7 +421,7 @@ fn write_report(
         serde_json::to_string_pretty(&json)? + "\n",
     )?;
     let mut md = format!(
-        "# Soak\n\n- Command: `cargo xtask soak --minutes {}`\n- Calls: {} ({CALL}), turns the detector ended: {}, turns lost without a record: **{}**\n- Turns recorded by outcome: {:?}\n- Faults injected: {:?}; survived: {:?} (the worker registered again {registered_again} times)\n- Resident memory: {:.0} MB first, {:.0} MB last; slope after {:.0} min of warm-up: **{} MB/min** (glibc's arena chunks in use: {} MB/min; the longest return of free pages, `malloc_trim`, took {longest_trim_ms:.1} ms)\n- File descriptors (min, max): {:?}; threads (min, max): {:?}; WebRTC peer connections not freed (first, last sample): {:?}\n\n| room | fault | turns ended | recorded | fault seen | ended |\n|---|---|---:|---:|---|---|\n",
+        "# Soak\n\n- Command: `cargo xtask soak --minutes {}`\n- Calls: {} ({CALL}), turns the detector ended: {}, turns lost without a record: **{}**\n- Turns recorded by outcome: {:?}\n- Faults injected: {:?}; survived: {:?} (the worker registered again {registered_again} times)\n- Resident memory: {:.0} MB first, {:.0} MB last; slope after {:.0} min of warm-up: **{} MB/min** (glibc's arena chunks in use: {} MB/min; the longest return of free pages, `malloc_trim`, took {longest_trim_ms:.1} ms)\n- Each part's resident large blocks, slope after warm-up: {}\n- The least resident memory in each 5 minutes after warm-up: {} MB\n- File descriptors (min, max): {:?}; threads (min, max): {:?}; WebRTC peer connections not freed (first, last sample): {:?}\n\n| room | fault | turns ended | recorded | fault seen | ended |\n|---|---|---:|---:|---|---|\n",
         args.minutes,
         figures.calls,
         figures.turns_ended,
@@ -425,6 +438,15 @@ fn write_report(
         figures
             .heap_slope_mb_per_min
             .map_or("–".into(), |s| format!("{s:.2}")),
+        figures
+            .parts_slope_mb_per_min
+            .map_or("–".into(), |p| parts(&p, "MB/min")),
+        figures
+            .rss_lows_mb
+            .iter()
+            .map(|v| format!("{v:.0}"))
+            .collect::<Vec<_>>()
+            .join(", "),
         figures.fds_min_max,
         figures.threads_min_max,
         figures.peer_connections_first_last,
