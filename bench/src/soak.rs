@@ -103,26 +103,6 @@ impl PartsMb {
             other: mb(Owner::Other),
         })
     }
-
-    fn each(&self) -> [f64; 5] {
-        [
-            self.engine,
-            self.whisper,
-            self.turn_detector,
-            self.voice,
-            self.other,
-        ]
-    }
-
-    fn from_each(v: [f64; 5]) -> Self {
-        Self {
-            engine: v[0],
-            whisper: v[1],
-            turn_detector: v[2],
-            voice: v[3],
-            other: v[4],
-        }
-    }
 }
 
 /// What a soak adds up to.
@@ -191,17 +171,18 @@ pub fn figures(calls: &[SoakCall], samples: &[ProcessSample], warm_up_s: f64) ->
         .clone()
         .filter_map(|s| Some((s.at_s / 60.0, s.parts_resident_mb?)))
         .collect();
-    let parts_slope = (0..5)
-        .map(|i| {
-            slope(
-                &parts
-                    .iter()
-                    .map(|(t, p)| (*t, p.each()[i]))
-                    .collect::<Vec<_>>(),
-            )
+    let part_slope = |part: fn(&PartsMb) -> f64| {
+        slope(&parts.iter().map(|(t, p)| (*t, part(p))).collect::<Vec<_>>())
+    };
+    let parts_slope = (|| {
+        Some(PartsMb {
+            engine: part_slope(|p| p.engine)?,
+            whisper: part_slope(|p| p.whisper)?,
+            turn_detector: part_slope(|p| p.turn_detector)?,
+            voice: part_slope(|p| p.voice)?,
+            other: part_slope(|p| p.other)?,
         })
-        .collect::<Option<Vec<f64>>>()
-        .map(|v| PartsMb::from_each([v[0], v[1], v[2], v[3], v[4]]));
+    })();
     let mut rss_lows_mb: Vec<f64> = Vec::new();
     for s in warm {
         let window = ((s.at_s - warm_up_s) / LOW_WINDOW_S) as usize;

@@ -39,22 +39,27 @@ pub(crate) fn resident_in(addr: usize, len: usize) -> u64 {
     }
 }
 
-fn status_kb(field: &str) -> Option<u64> {
+/// Fields of `/proc/self/status`, in bytes, read in one pass.
+fn status_bytes<const N: usize>(fields: [&str; N]) -> Option<[u64; N]> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with(field))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
+    let mut out = [0u64; N];
+    for (value, field) in out.iter_mut().zip(fields) {
+        let line = status.lines().find(|l| l.starts_with(field))?;
+        let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        *value = kb * 1024;
+    }
+    Some(out)
 }
 
 /// The process's resident memory (Linux's `VmRSS`), else `None`.
 pub fn resident_bytes() -> Option<u64> {
-    status_kb("VmRSS:")
+    status_bytes(["VmRSS:"]).map(|[rss]| rss)
 }
 
 /// Resident pages backed by files or shared memory (Linux's `RssFile` + `RssShmem`): the
 /// program's code, its libraries, any file mapped in.
 pub fn file_backed_bytes() -> Option<u64> {
-    Some(status_kb("RssFile:")? + status_kb("RssShmem:").unwrap_or(0))
+    status_bytes(["RssFile:", "RssShmem:"]).map(|[file, shmem]| file + shmem)
 }
 
 #[cfg(all(test, target_os = "linux"))]
