@@ -97,8 +97,14 @@ impl Caller {
         else {
             return Ok(());
         };
-        if self.detector.position_s() - voiced_until_s + 1e-9 >= SPECULATE_AFTER_S {
-            early.speculate(&self.detector, voiced_until_s)?;
+        if self.detector.position_s() - voiced_until_s + 1e-9 >= SPECULATE_AFTER_S
+            && early.speculate(&self.detector, voiced_until_s)?
+        {
+            // The caller went quiet: the engine clears the way for the turn now, while
+            // Whisper transcribes it.
+            if let Some(hint) = &self.hint {
+                hint.coming();
+            }
         }
         Ok(())
     }

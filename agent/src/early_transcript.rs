@@ -90,13 +90,14 @@ impl EarlyTranscript {
 
     /// The caller has been quiet since `speech_end_s` for [`SPECULATE_AFTER_S`]: starts the
     /// turn's transcript up to there, unless the worker is busy or has it already.
-    pub(crate) fn speculate(&mut self, detector: &TurnDetector, speech_end_s: f64) -> Result<()> {
+    /// Whether it started a transcript (once for each stop).
+    pub(crate) fn speculate(&mut self, detector: &TurnDetector, speech_end_s: f64) -> Result<bool> {
         self.collect_ready();
         let done = self.finished.as_ref();
         if self.in_flight.is_none() && !done.is_some_and(|d| same(d.speech_end_s, speech_end_s)) {
-            self.send(detector, speech_end_s)?;
+            return self.send(detector, speech_end_s);
         }
-        Ok(())
+        Ok(false)
     }
 
     /// At a stop: the turn so far transcribed (waiting for the worker if it is not done),

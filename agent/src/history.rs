@@ -89,6 +89,12 @@ impl TurnHint {
     pub fn send(&self) -> Result<(), EngineError> {
         self.engine.turn_hint(self.call_id, self.conversation())
     }
+
+    /// The hint without its one-token request: the caller went quiet, and the engine
+    /// makes room for a turn that may follow, computing nothing for it.
+    pub fn coming(&self) {
+        self.engine.turn_coming();
+    }
 }
 
 #[cfg(test)]

@@ -78,7 +78,9 @@ pub struct AgentConfig {
     pub history_messages: usize,
     pub endpoint: EndpointConfig,
     /// Send the engine a one-token turn hint when the caller stops speaking, and again
-    /// when an unsure stop's end of turn is decided (it can wait 3 s). Off by
+    /// when an unsure stop's end of turn is decided (it can wait 3 s); with preemptive
+    /// generation the early reply is the hint, and the engine hears only that the caller
+    /// went quiet, when the early transcript starts (small steps, no request). Off by
     /// default until the engine's scheduler acts on it: alone, on 2 cores, the hint's
     /// prefill competes with the transcription (about +150 ms voice to voice measured).
     pub turn_hints: bool,

@@ -23,7 +23,22 @@ const WORDS: &[&str] = &[
     "update", "state", "file", "path", "test", "assert", "len", "push", "iter", "map",
 ];
 
-/// `tokens` words of code-like text, different for each session and call.
+/// Where the seeds of shared contexts start: apart from every session's and call's own.
+const SHARED_SEED: usize = 1 << 24;
+
+/// The seed of `trace`'s shared context, from the trace itself: both rounds of a pair
+/// replay one trace, so they read the same text and their agents write alike; the
+/// rounds' own system prompts keep one round's prompts out of the other's cache.
+fn shared_seed(trace: &[AgentCall]) -> usize {
+    let digest = trace.iter().fold(0usize, |h, c| {
+        h.wrapping_mul(31)
+            .wrapping_add(c.context_tokens * 7 + c.output_tokens)
+    });
+    SHARED_SEED + digest % (1 << 20)
+}
+
+/// `tokens` words of code-like text, different for each session and call; a shorter text
+/// of a seed is the start of a longer one.
 fn filler(seed: usize, tokens: usize) -> String {
     (0..tokens)
         .map(|i| WORDS[(seed * 31 + i * 7 + i / 5) % WORDS.len()])
@@ -56,7 +71,8 @@ pub fn serve_api(
 /// Replays `trace` against the API at `base_url` (`http://host:port`) until `stop` is set
 /// (each session starting over as a new task when its calls are done); times are measured
 /// from `round_start`. `round` (a different number for each round) keeps rounds from
-/// sharing prompts.
+/// sharing prompts in the engine's cache; both rounds of a pair, replaying one trace,
+/// read the same shared context.
 pub fn replay(
     base_url: &str,
     trace: &[AgentCall],
@@ -65,12 +81,14 @@ pub fn replay(
     round: usize,
 ) -> Vec<AgentCallRecord> {
     let sessions = sessions(trace);
+    let shared_seed = shared_seed(trace);
     std::thread::scope(|scope| {
         let threads: Vec<_> = sessions
             .iter()
             .enumerate()
             .map(|(n, calls)| {
-                scope.spawn(move || session(base_url, n, calls, stop, round_start, round))
+                let opening = Opening { round, shared_seed };
+                scope.spawn(move || session(base_url, n, calls, stop, round_start, opening))
             })
             .collect();
         threads
@@ -86,7 +104,7 @@ fn session(
     calls: &[AgentCall],
     stop: &AtomicBool,
     round_start: Instant,
-    round: usize,
+    opening: Opening,
 ) -> Vec<AgentCallRecord> {
     let agent = ureq::AgentBuilder::new()
         .timeout(Duration::from_secs(600))
@@ -97,24 +115,68 @@ fn session(
         url: &url,
         stop,
         round_start,
+        shared_seed: opening.shared_seed,
     };
     let mut records = Vec::new();
     for task in 0.. {
         if stop.load(Ordering::Relaxed) {
             break;
         }
-        // The round's and the task's own opening: no round finds another's prompts in the
-        // engine's prefix cache (each pair's rounds start from the same, cold cache), and
-        // no task the last one's.
-        let mut messages = vec![json!({
-            "role": "system",
-            "content": format!(
-                "Round {round}, task {task}. You are a coding agent. Continue the code you are given."
-            ),
-        })];
+        // The round's own opening: no round finds another's prompts in the engine's prefix
+        // cache (each pair's rounds start from the same, cold cache). Within a round the
+        // sessions share only the shared context; each task's own words differ.
+        let mut messages = vec![system_prompt(opening.round)];
         to.task(number * 100 + task, calls, &mut messages, &mut records);
     }
     records
+}
+
+/// How a round's sessions open: its number, and the seed of its shared context.
+#[derive(Clone, Copy)]
+struct Opening {
+    round: usize,
+    shared_seed: usize,
+}
+
+/// The system message every session of `round` opens with.
+fn system_prompt(round: usize) -> Value {
+    json!({
+        "role": "system",
+        "content": format!("Round {round}. You are a coding agent. Continue the code you are given."),
+    })
+}
+
+/// Puts the round's shared context (the longest any call of `trace` opens with) in the
+/// engine's prefix cache before the sessions start, as a server's cache holds the prompt
+/// its agents all share: the engine caches finished sequences only, so sessions starting
+/// together would otherwise each compute it. Does nothing without a shared context.
+pub fn warm_shared_context(
+    base_url: &str,
+    trace: &[AgentCall],
+    round: usize,
+) -> anyhow::Result<()> {
+    let Some(shared) = trace
+        .iter()
+        .map(|c| c.shared_tokens)
+        .max()
+        .filter(|n| *n > 0)
+    else {
+        return Ok(());
+    };
+    let body = json!({
+        "model": "sublet",
+        "messages": [
+            system_prompt(round),
+            {"role": "user", "content": filler(shared_seed(trace), shared)},
+        ],
+        "max_tokens": 1,
+    });
+    ureq::AgentBuilder::new()
+        .timeout(Duration::from_secs(600))
+        .build()
+        .post(&format!("{base_url}/v1/chat/completions"))
+        .send_json(body)?;
+    Ok(())
 }
 
 /// Where a session's calls go, and when they stop.
@@ -123,6 +185,8 @@ struct Endpoint<'a> {
     url: &'a str,
     stop: &'a AtomicBool,
     round_start: Instant,
+    /// The seed of the round's shared context.
+    shared_seed: usize,
 }
 
 impl Endpoint<'_> {
@@ -139,6 +203,7 @@ impl Endpoint<'_> {
             url,
             stop,
             round_start,
+            shared_seed,
         } = *self;
         for (i, call) in calls.iter().enumerate() {
             let until = Instant::now() + Duration::from_secs_f64(call.pause_s);
@@ -151,10 +216,13 @@ impl Endpoint<'_> {
             if stop.load(Ordering::Relaxed) {
                 return;
             }
-            messages.push(json!({
-                "role": "user",
-                "content": filler(number * 1000 + i, call.context_tokens),
-            }));
+            let shared = call.shared_tokens.min(call.context_tokens);
+            let own = filler(number * 1000 + i, call.context_tokens - shared);
+            let content = match shared {
+                0 => own,
+                _ => format!("{}\n\n{own}", filler(shared_seed, shared)),
+            };
+            messages.push(json!({"role": "user", "content": content}));
             let started = Instant::now();
             let started_s = started.duration_since(round_start).as_secs_f64();
             let body = json!({
@@ -252,5 +320,10 @@ mod tests {
         assert_eq!(filler(3, 120).split_whitespace().count(), 120);
         assert_ne!(filler(3, 50), filler(4, 50));
         assert_eq!(filler(3, 50), filler(3, 50));
+        assert!(filler(SHARED_SEED + 2, 120).starts_with(&filler(SHARED_SEED + 2, 60)));
+        let trace = crate::trace::generate(3, &crate::trace::GeneratorConfig::default());
+        assert_eq!(shared_seed(&trace), shared_seed(&trace.clone()));
+        let other = crate::trace::generate(4, &crate::trace::GeneratorConfig::default());
+        assert_ne!(shared_seed(&trace), shared_seed(&other));
     }
 }

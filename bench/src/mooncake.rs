@@ -128,6 +128,7 @@ pub fn from_mooncake(text: &str, scale: f64) -> Result<Vec<AgentCall>> {
             pause_s: pause_ms.round() / 1000.0,
             context_tokens: scaled(context),
             output_tokens: scaled(output),
+            shared_tokens: 0,
         });
         match open.iter_mut().find(|(name, _)| *name == session) {
             Some(slot) => slot.1 = row,

@@ -99,6 +99,10 @@ pub fn run_round(plan: &RoundPlan) -> Result<RoundRecord> {
         }
         _ => None,
     };
+    if aiperf.is_none() {
+        agents::warm_shared_context(base_url, sessions, round)
+            .context("putting the agents' shared context in the prefix cache")?;
+    }
     let round_start = Instant::now();
     let round_start_unix = SystemTime::now();
     let stop = AtomicBool::new(false);

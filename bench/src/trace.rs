@@ -33,6 +33,15 @@ pub struct AgentCall {
     pub context_tokens: usize,
     /// Tokens of answer it asks for.
     pub output_tokens: usize,
+    /// Of `context_tokens`, how many open with the round's shared context (the repository
+    /// and instructions every session reads, the same text in each): a public trace's
+    /// shared prefix. Meant for a session's first call.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub shared_tokens: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// The JSON objects of a JSONL text, each with its line number (from 1), blank lines
@@ -55,6 +64,9 @@ pub fn parse(text: &str) -> Result<Vec<AgentCall>> {
     for (line, call) in jsonl::<AgentCall>(text, "trace line")? {
         if !(call.pause_s >= 0.0 && call.pause_s.is_finite()) || call.output_tokens == 0 {
             bail!("trace line {line}: pause_s must be ≥ 0 and output_tokens ≥ 1");
+        }
+        if call.shared_tokens > call.context_tokens {
+            bail!("trace line {line}: shared_tokens must be at most context_tokens");
         }
         calls.push(call);
     }
@@ -90,7 +102,11 @@ pub fn sessions(calls: &[AgentCall]) -> Vec<Vec<AgentCall>> {
 pub struct GeneratorConfig {
     pub sessions: usize,
     pub calls_per_session: usize,
-    /// The first call's context, tokens (uniform in the range).
+    /// Tokens every session's first call opens with, the same text in each (the
+    /// repository and instructions all the agents read): computed once, it then comes
+    /// from the prefix cache, yet each running request holds it in its own KV.
+    pub shared_context: usize,
+    /// The first call's own context after the shared one, tokens (uniform in the range).
     pub first_context: (usize, usize),
     /// What each later call adds (a tool's output), tokens.
     pub growth: (usize, usize),
@@ -109,6 +125,7 @@ impl Default for GeneratorConfig {
         Self {
             sessions: 12,
             calls_per_session: 6,
+            shared_context: 0,
             first_context: (1000, 1800),
             growth: (80, 250),
             short_output: (16, 48),
@@ -135,7 +152,7 @@ pub fn generate(seed: u64, config: &GeneratorConfig) -> Vec<AgentCall> {
             // Milliseconds are plenty, and they survive a trip through JSON exactly.
             let pause_s = (pause_s * 1000.0).round() / 1000.0;
             let context_tokens = if c == 0 {
-                between(config.first_context, &mut rng)
+                config.shared_context + between(config.first_context, &mut rng)
             } else {
                 between(config.growth, &mut rng)
             };
@@ -150,6 +167,7 @@ pub fn generate(seed: u64, config: &GeneratorConfig) -> Vec<AgentCall> {
                 pause_s,
                 context_tokens,
                 output_tokens: between(output, &mut rng),
+                shared_tokens: if c == 0 { config.shared_context } else { 0 },
             });
         }
     }

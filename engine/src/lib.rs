@@ -249,6 +249,15 @@ impl Engine {
         Ok(())
     }
 
+    /// A caller has gone quiet, and their turn may be coming: make-room keeps its next
+    /// steps small for a while (computing nothing for the turn, holding no one back), so
+    /// the pass in flight when the turn arrives is short.
+    pub fn turn_coming(&self) {
+        if let Some(handle) = &self.make_room {
+            handle.turn_coming();
+        }
+    }
+
     /// The reply of call `session` has its first complete sentence (on its way to speech):
     /// make-room stops holding agents back for this turn, before its token window ends.
     pub fn first_sentence_out(&self, session: u64) {

@@ -27,6 +27,8 @@ pub struct Scheduler {
     pub(crate) requests: BTreeMap<u64, Request>,
     next_admission: u64,
     hints: Vec<Hint>,
+    /// Until when a caller gone quiet keeps the steps small (see [`Scheduler::turn_coming`]).
+    coming_until_ms: u64,
     pub(crate) retained: Vec<Retained>,
     /// The most urgent priority the last plan computes for (see [`crate::Admitted`]).
     pub(crate) planned_priority: Option<i32>,
@@ -40,6 +42,7 @@ impl Scheduler {
             requests: BTreeMap::new(),
             next_admission: 0,
             hints: Vec::new(),
+            coming_until_ms: 0,
             retained: Vec::new(),
             planned_priority: None,
             counters: Counters::default(),
@@ -67,6 +70,16 @@ impl Scheduler {
                 priority,
                 until_ms: now_ms + self.config.hint_hold_ms,
             });
+        }
+    }
+
+    /// A caller went quiet, and their turn may follow (the voice agent is transcribing
+    /// it): with the turn hint on, steps take the small chunk for `hint_hold_ms`, so the
+    /// pass in flight when the turn arrives is short. Nothing is held: a quiet moment is
+    /// often a pause mid-sentence, and the turn's own arrival holds what it must.
+    pub fn turn_coming(&mut self, now_ms: u64) {
+        if self.config.switches.turn_hint {
+            self.coming_until_ms = now_ms + self.config.hint_hold_ms;
         }
     }
 
@@ -191,13 +204,20 @@ impl Scheduler {
     /// The step's token budget: small while a voice turn is near (with the budget cap or
     /// the turn hint on), else the idle chunk. Switched off, the step budget is fixed, as an
     /// engine with plain chunked prefill runs.
+    ///
+    /// A turn is near from its hint until its reply is past its window: a step then
+    /// stands between the caller and the first sentence. The rest of the reply only has
+    /// to keep ahead of speech, which an idle-chunk step does, so the agents' prompts go
+    /// back to full steps.
     fn chunk_now(&self) -> Option<usize> {
+        let window = self.config.window_tokens;
         let voice_near = !self.hints.is_empty()
             || self.config.switches.budget_cap
-                && self
-                    .config
-                    .whole_prompt_priority
-                    .is_some_and(|p| self.requests.values().any(|r| r.priority <= p));
+                && self.config.whole_prompt_priority.is_some_and(|p| {
+                    self.requests
+                        .values()
+                        .any(|r| r.priority <= p && (!r.running || r.in_window(window)))
+                });
         match voice_near {
             true => self.config.chunk_tokens,
             false => self.config.idle_chunk_tokens.or(self.config.chunk_tokens),
@@ -209,7 +229,10 @@ impl Scheduler {
         self.counters.steps += 1;
         self.hints.retain(|h| h.until_ms > now_ms);
         self.retained.retain(|r| r.until_ms > now_ms);
-        let chunk = self.chunk_now();
+        let chunk = match self.coming_until_ms > now_ms {
+            true => self.config.chunk_tokens,
+            false => self.chunk_now(),
+        };
         let switches = self.config.switches.clone();
         let window = self.config.window_tokens;
         let mut plan = Plan::default();

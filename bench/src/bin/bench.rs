@@ -31,8 +31,22 @@ use sublet_models::{ModelCache, AIPERF_ENV};
 #[command(name = "bench")]
 struct Args {
     /// Coding-agent sessions beside the calls (generated, unless --trace).
-    #[arg(long, default_value_t = 12)]
+    #[arg(long, default_value_t = 4)]
     agents: usize,
+    /// Each generated session's calls, as one task (a session then starts over).
+    #[arg(long, default_value_t = 5)]
+    session_calls: usize,
+    /// Tokens of shared context (the repository every generated session reads) that each
+    /// session's first call opens with: computed once, each running request still holds
+    /// it in its KV, so three requests fill the 4,096-token budget.
+    #[arg(long, default_value_t = 1200)]
+    shared_context: usize,
+    /// A generated session's own first context after the shared one, tokens: low,high.
+    #[arg(long, value_delimiter = ',', default_values_t = [100, 300])]
+    first_context: Vec<usize>,
+    /// The tool pause before each later call of a generated session, seconds: low,high.
+    #[arg(long, value_delimiter = ',', default_values_t = [5.0, 12.0])]
+    tool_pause: Vec<f64>,
     /// Callers at once, each started a few seconds after the last, replaying the
     /// recordings back to back until the window closes (`--calls-once`: one call each);
     /// a list runs the rounds once for each number.
@@ -133,6 +147,10 @@ fn main() -> ExitCode {
 }
 
 fn run(args: Args) -> Result<()> {
+    anyhow::ensure!(
+        args.first_context.len() == 2 && args.tool_pause.len() == 2,
+        "--first-context and --tool-pause each take a range: low,high"
+    );
     if args.render_only {
         let path = args.out.join("summary.json");
         let text = std::fs::read_to_string(&path)
@@ -206,6 +224,10 @@ fn run(args: Args) -> Result<()> {
             seed,
             &trace::GeneratorConfig {
                 sessions: args.agents,
+                calls_per_session: args.session_calls,
+                shared_context: args.shared_context,
+                first_context: (args.first_context[0], args.first_context[1]),
+                pause_s: (args.tool_pause[0], args.tool_pause[1]),
                 ..trace::GeneratorConfig::default()
             },
         ),
@@ -347,7 +369,9 @@ fn report(args: &Args, commit: Option<String>, rounds: Vec<RoundRecord>) -> Resu
             .join(" "),
         commit,
         config: json!({
-            "agents": args.agents, "calls": args.calls, "rounds": args.rounds,
+            "agents": args.agents, "session_calls": args.session_calls,
+            "shared_context": args.shared_context, "first_context": args.first_context,
+            "tool_pause_s": args.tool_pause, "calls": args.calls, "rounds": args.rounds,
             "minutes": args.minutes, "alone_minutes": args.alone_minutes, "seed": args.seed,
             "kv_budget": args.kv_budget, "chunk": args.chunk, "idle_chunk": args.idle_chunk,
             "turn_hints": true, "first_tokens": args.first_tokens,

@@ -106,6 +106,8 @@ pub struct MakeRoomHandle {
     switches: Arc<Mutex<Option<make_room::Switches>>>,
     /// Calls whose reply has its first sentence since the last step was planned.
     first_sentences: Arc<Mutex<Vec<u64>>>,
+    /// A caller went quiet since the last step was planned.
+    turn_coming: Arc<std::sync::atomic::AtomicBool>,
     /// A test's fault: the engine thread panics when it next plans a step.
     panic_at_next_plan: Arc<std::sync::atomic::AtomicBool>,
 }
@@ -125,6 +127,17 @@ impl MakeRoomHandle {
         if !calls.contains(&call) {
             calls.push(call);
         }
+    }
+
+    /// A caller went quiet: the next steps are small (`make_room::Scheduler::turn_coming`).
+    pub fn turn_coming(&self) {
+        self.turn_coming
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn take_turn_coming(&self) -> bool {
+        self.turn_coming
+            .swap(false, std::sync::atomic::Ordering::SeqCst)
     }
 
     /// For tests of the engine's recovery: the engine thread panics when it next plans a

@@ -165,7 +165,11 @@ impl Planner {
         for call in self.handle.take_first_sentences() {
             self.policy.first_sentence_out(call);
         }
-        self.policy.schedule(self.now_ms())
+        let now_ms = self.now_ms();
+        if self.handle.take_turn_coming() {
+            self.policy.turn_coming(now_ms);
+        }
+        self.policy.schedule(now_ms)
     }
 
     /// What the prefix cache holds now of waiting request `id`'s tokens.

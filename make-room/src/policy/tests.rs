@@ -51,3 +51,38 @@ fn a_turns_hold_ends_at_its_first_sentence() {
         .unwrap();
     assert_eq!(step(&mut scheduler, 6).held, vec![1]);
 }
+
+#[test]
+fn a_caller_gone_quiet_shrinks_the_steps_and_holds_no_one() {
+    let config = PolicyConfig {
+        switches: Switches::all(),
+        chunk_tokens: Some(16),
+        idle_chunk_tokens: Some(64),
+        whole_prompt_priority: Some(0),
+        hint_hold_ms: 500,
+        ..PolicyConfig::default()
+    };
+    let mut scheduler = Scheduler::new(config.clone());
+    scheduler.add(Request::new(1, 1, None, 20, 200), 0).unwrap();
+    scheduler.add(Request::new(2, 1, None, 900, 20), 0).unwrap();
+    let plan = scheduler.schedule(0);
+    assert_eq!(plan.tokens(), 64, "idle: full steps: {plan:?}");
+    scheduler.finish_step(&plan, 1, &[]);
+    scheduler.turn_coming(10);
+    let plan = scheduler.schedule(10);
+    assert_eq!(plan.tokens(), 16, "quiet: small steps: {plan:?}");
+    assert!(plan.held.is_empty(), "and no one held: {plan:?}");
+    scheduler.finish_step(&plan, 11, &[]);
+    assert_eq!(scheduler.schedule(600).tokens(), 64, "the quiet lapses");
+    // With the turn hint off, a quiet caller changes nothing.
+    let mut off = Scheduler::new(PolicyConfig {
+        switches: Switches {
+            turn_hint: false,
+            ..Switches::all()
+        },
+        ..config
+    });
+    off.add(Request::new(2, 1, None, 900, 20), 0).unwrap();
+    off.turn_coming(0);
+    assert_eq!(off.schedule(0).tokens(), 64);
+}

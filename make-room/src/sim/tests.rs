@@ -174,10 +174,21 @@ fn prompts_take_the_idle_chunk_until_a_voice_turn_is_near() {
     // A voice turn is running: small chunks beside it; with the switches off, the idle
     // chunk all the same.
     scheduler
-        .add(Request::new(2, 0, Some(7), 40, 48), 10_010)
+        .add(Request::new(2, 0, Some(7), 40, 96), 10_010)
         .unwrap();
     let plan = scheduler.schedule(10_010);
     assert!(plan.tokens() <= 40 + 16, "{plan:?}");
+    // Past its window the reply only has to keep ahead of speech: the idle chunk again,
+    // though it still decodes.
+    let mut past = scheduler.clone();
+    past.finish_step(&plan, 10_020, &[]);
+    for at in 0..scheduler.config().window_tokens as u64 {
+        let plan = past.schedule(10_020 + at);
+        past.finish_step(&plan, 10_021 + at, &[]);
+    }
+    let plan = past.schedule(20_000);
+    assert!(plan.decode.contains(&2), "the reply decodes on: {plan:?}");
+    assert_eq!(plan.tokens(), 64, "{plan:?}");
     scheduler.set_switches(Switches::default());
     scheduler.finish_step(&plan, 10_020, &[]);
     let plan = scheduler.schedule(10_020);
