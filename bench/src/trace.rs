@@ -200,5 +200,27 @@ mod tests {
             parse("{\"session\":\"a\",\"pause_s\":-1,\"context_tokens\":5,\"output_tokens\":3}")
                 .unwrap_err();
         assert!(format!("{error:#}").contains("pause_s"), "{error:#}");
+        let error = parse(
+            "{\"session\":\"a\",\"pause_s\":0,\"context_tokens\":5,\"output_tokens\":3,\"shared_tokens\":6}",
+        )
+        .unwrap_err();
+        assert!(format!("{error:#}").contains("shared_tokens"), "{error:#}");
+    }
+
+    #[test]
+    fn a_shared_context_opens_each_sessions_first_call() {
+        let config = GeneratorConfig {
+            shared_context: 1200,
+            ..GeneratorConfig::default()
+        };
+        let calls = generate(7, &config);
+        for session in sessions(&calls) {
+            assert_eq!(session[0].shared_tokens, 1200);
+            assert!(session[0].context_tokens > 1200 + config.first_context.0 - 1);
+            assert!(session[1..].iter().all(|c| c.shared_tokens == 0));
+        }
+        // It survives the trip through JSON; without one, the line does not mention it.
+        assert_eq!(parse(&to_jsonl(&calls)).unwrap(), calls);
+        assert!(!to_jsonl(&generate(7, &GeneratorConfig::default())).contains("shared_tokens"));
     }
 }
