@@ -31,7 +31,7 @@ use sublet_models::{ModelCache, AIPERF_ENV};
 #[command(name = "bench")]
 struct Args {
     /// Coding-agent sessions beside the calls (generated, unless --trace).
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 5)]
     agents: usize,
     /// Each generated session's calls, as one task (a session then starts over).
     #[arg(long, default_value_t = 5)]
