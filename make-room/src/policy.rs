@@ -205,13 +205,15 @@ impl Scheduler {
     /// the turn hint on), else the idle chunk. Switched off, the step budget is fixed, as an
     /// engine with plain chunked prefill runs.
     ///
-    /// A turn is near from its hint until its reply is past its window: a step then
+    /// A turn is near from its hint (or its caller going quiet) until its reply is past
+    /// its window: a step then
     /// stands between the caller and the first sentence. The rest of the reply only has
     /// to keep ahead of speech, which an idle-chunk step does, so the agents' prompts go
     /// back to full steps.
-    fn chunk_now(&self) -> Option<usize> {
+    fn chunk_now(&self, now_ms: u64) -> Option<usize> {
         let window = self.config.window_tokens;
         let voice_near = !self.hints.is_empty()
+            || self.coming_until_ms > now_ms
             || self.config.switches.budget_cap
                 && self.config.whole_prompt_priority.is_some_and(|p| {
                     self.requests
@@ -229,10 +231,7 @@ impl Scheduler {
         self.counters.steps += 1;
         self.hints.retain(|h| h.until_ms > now_ms);
         self.retained.retain(|r| r.until_ms > now_ms);
-        let chunk = match self.coming_until_ms > now_ms {
-            true => self.config.chunk_tokens,
-            false => self.chunk_now(),
-        };
+        let chunk = self.chunk_now(now_ms);
         let switches = self.config.switches.clone();
         let window = self.config.window_tokens;
         let mut plan = Plan::default();

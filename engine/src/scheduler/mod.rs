@@ -107,9 +107,23 @@ pub struct MakeRoomHandle {
     /// Calls whose reply has its first sentence since the last step was planned.
     first_sentences: Arc<Mutex<Vec<u64>>>,
     /// A caller went quiet since the last step was planned.
-    turn_coming: Arc<std::sync::atomic::AtomicBool>,
+    turn_coming: Flag,
     /// A test's fault: the engine thread panics when it next plans a step.
-    panic_at_next_plan: Arc<std::sync::atomic::AtomicBool>,
+    panic_at_next_plan: Flag,
+}
+
+/// A signal from any thread to the engine's next plan: raised, then taken once.
+#[derive(Debug, Clone, Default)]
+struct Flag(Arc<std::sync::atomic::AtomicBool>);
+
+impl Flag {
+    fn raise(&self) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn take(&self) -> bool {
+        self.0.swap(false, std::sync::atomic::Ordering::SeqCst)
+    }
 }
 
 impl MakeRoomHandle {
@@ -131,26 +145,22 @@ impl MakeRoomHandle {
 
     /// A caller went quiet: the next steps are small (`make_room::Scheduler::turn_coming`).
     pub fn turn_coming(&self) {
-        self.turn_coming
-            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.turn_coming.raise();
     }
 
     fn take_turn_coming(&self) -> bool {
-        self.turn_coming
-            .swap(false, std::sync::atomic::Ordering::SeqCst)
+        self.turn_coming.take()
     }
 
     /// For tests of the engine's recovery: the engine thread panics when it next plans a
     /// step, as a fault in a model or the scheduler would.
     #[doc(hidden)]
     pub fn panic_at_next_plan(&self) {
-        self.panic_at_next_plan
-            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.panic_at_next_plan.raise();
     }
 
     fn take_panic_at_next_plan(&self) -> bool {
-        self.panic_at_next_plan
-            .swap(false, std::sync::atomic::Ordering::SeqCst)
+        self.panic_at_next_plan.take()
     }
 
     fn take_first_sentences(&self) -> Vec<u64> {
