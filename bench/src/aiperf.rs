@@ -16,7 +16,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
-use crate::mooncake::to_mooncake;
+use crate::mooncake::{shared_block, to_mooncake};
 use crate::stats::AgentCallRecord;
 use crate::trace::{jsonl, AgentCall};
 
@@ -100,6 +100,9 @@ impl AiPerf {
                 "--fixed-schedule",
             ])
             .args(["--tokenizer", TOKENIZER])
+            // The shared context is one block: its text the same in every session's
+            // first call (the engine's prefix cache holds it once).
+            .args(shared_block(calls).map(|n| format!("--isl-block-size={n}")))
             .arg("--artifact-dir")
             .arg(&artifacts)
             .args(["--benchmark-duration", &format!("{}", window.as_secs())])

@@ -41,11 +41,22 @@ pub struct Sample {
     /// Finished call turns whose KV was kept for the call's next turn.
     #[serde(default)]
     pub retained_turns: u64,
+    /// Voice turns that found their call's previous turn still kept, and took it over.
+    #[serde(default)]
+    pub retained_hits: u64,
+    /// Voice turns' prompt tokens at arrival, and those the engine's cache held.
+    #[serde(default)]
+    pub turn_prompt_tokens: u64,
+    #[serde(default)]
+    pub turn_cached_tokens: u64,
     /// Steps the scheduler planned, and the time it spent deciding them, nanoseconds.
     #[serde(default)]
     pub steps: u64,
     #[serde(default)]
     pub schedule_ns: u64,
+    /// The bench process's CPU time so far (engine, voice pipeline, replayer), ms.
+    #[serde(default)]
+    pub cpu_ms: u64,
 }
 
 /// Callers in a round written before rounds recorded theirs (every such run had two).
@@ -99,9 +110,21 @@ pub struct EngineFigures {
     pub hints_superseded: u64,
     pub first_sentence_releases: u64,
     pub retained_turns: u64,
+    #[serde(default)]
+    pub retained_hits: u64,
+    /// The share of the voice turns' prompt tokens the engine's cache held when they
+    /// arrived (the call's earlier turns, unless the agents' work pushed them out); `None`
+    /// in records from before it was counted.
+    #[serde(default)]
+    pub turn_prompt_cached_share: Option<f64>,
     pub steps: u64,
     /// The scheduler's own time per step it planned, microseconds.
     pub scheduler_us_per_step: f64,
+    /// The bench process's CPU time over the round's wall time: how many cores its work
+    /// kept busy on average (AIPerf, a process of its own, not included); `None` in
+    /// records from before it was sampled.
+    #[serde(default)]
+    pub cpu_cores: Option<f64>,
 }
 
 /// One round's figures.
@@ -374,8 +397,19 @@ pub fn engine_figures(samples: &[Sample], window_s: f64) -> EngineFigures {
         hints_superseded: grew(|s| s.hints_superseded),
         first_sentence_releases: grew(|s| s.first_sentence_releases),
         retained_turns: grew(|s| s.retained_turns),
+        retained_hits: grew(|s| s.retained_hits),
+        turn_prompt_cached_share: match grew(|s| s.turn_prompt_tokens) {
+            0 => None,
+            prompt => Some(grew(|s| s.turn_cached_tokens) as f64 / prompt as f64),
+        },
         steps,
         scheduler_us_per_step: grew(|s| s.schedule_ns) as f64 / 1000.0 / steps.max(1) as f64,
+        cpu_cores: match (samples.first(), samples.last()) {
+            (Some(first), Some(last)) if last.t_s > first.t_s && last.cpu_ms > 0 => {
+                Some(grew(|s| s.cpu_ms) as f64 / 1000.0 / (last.t_s - first.t_s))
+            }
+            _ => None,
+        },
     }
 }
 
@@ -422,8 +456,12 @@ mod tests {
             hints_superseded: 0,
             first_sentence_releases: 0,
             retained_turns: 0,
+            retained_hits: held / 2,
+            turn_prompt_tokens: held * 100,
+            turn_cached_tokens: held * 75,
             steps: held * 10,
             schedule_ns: held * 10 * 40_000,
+            cpu_ms: (t_s * 1500.0) as u64,
         }
     }
 
@@ -486,6 +524,17 @@ mod tests {
         // 100 steps at 40 µs each.
         assert!((engine.scheduler_us_per_step - 40.0).abs() < 1e-9);
         assert!((on.scheduler_us_per_step - 40.0).abs() < 1e-9);
+        // 16.5 s of CPU over the 11 s the samples span.
+        assert!((engine.cpu_cores.unwrap() - 1.5).abs() < 1e-9);
+        assert_eq!(engine.retained_hits, 5);
+        assert!((engine.turn_prompt_cached_share.unwrap() - 0.75).abs() < 1e-12);
+        // Records from before these were sampled: not known, not zero.
+        let mut old = rounds[1].samples.clone();
+        for s in &mut old {
+            (s.cpu_ms, s.turn_prompt_tokens, s.turn_cached_tokens) = (0, 0, 0);
+        }
+        let engine = engine_figures(&old, 10.0);
+        assert_eq!((engine.cpu_cores, engine.turn_prompt_cached_share), (None, None));
         assert!((on.stage_means_s[4] - 1.3).abs() < 1e-12);
     }
 

@@ -33,6 +33,18 @@ pub mod stats;
 pub mod test_callers;
 pub mod trace;
 
+/// The CPU time this process has used so far (user and system, every thread), in ms:
+/// how much of the machine a round's work took, beside the wall clock.
+pub fn process_cpu_ms() -> u64 {
+    // SAFETY: `getrusage` only writes the struct it is given.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
+        return 0;
+    }
+    let ms = |t: libc::timeval| t.tv_sec as u64 * 1000 + t.tv_usec as u64 / 1000;
+    ms(usage.ru_utime) + ms(usage.ru_stime)
+}
+
 /// This process's resident memory in MB (Linux's `/proc/self/status`), `None` elsewhere.
 pub fn resident_mb() -> Option<f64> {
     Some(sublet_engine::memory::resident_bytes()? as f64 / (1024.0 * 1024.0))

@@ -10,7 +10,10 @@
 //! AIPerf keeps each session's conversation (its replies included) and sends a session's
 //! first request at `timestamp`, each later one `delay` after the previous reply ended,
 //! with `input_length` new tokens: the bench's [`AgentCall`] exactly, so its sessions go
-//! to AIPerf line for line. Public traces without sessions (Mooncake's own) list whole
+//! to AIPerf line for line. A call that opens with the trace's shared context lists it as
+//! one block, `"hash_ids": [0]`, with AIPerf's block size set to its length
+//! ([`shared_block`]): AIPerf then writes the same text at the start of every such call
+//! and fresh text after it, as the replayer does. Public traces without sessions (Mooncake's own) list whole
 //! requests with `hash_ids`, the blocks of their prompt; [`from_mooncake`] joins a request
 //! to the session whose last request its blocks extend.
 
@@ -38,6 +41,20 @@ pub struct MooncakeRow {
     pub hash_ids: Vec<u64>,
 }
 
+/// The hash id of the trace's shared context, the one block every session's first call
+/// opens with.
+const SHARED_BLOCK_ID: u64 = 0;
+
+/// The length of the context the trace's sessions share, tokens (AIPerf's
+/// `--isl-block-size` for [`to_mooncake`]'s rows); `None` when they share none.
+pub fn shared_block(calls: &[AgentCall]) -> Option<usize> {
+    calls
+        .iter()
+        .map(|c| c.shared_tokens.min(c.context_tokens))
+        .max()
+        .filter(|n| *n > 0)
+}
+
 /// The rows AIPerf replays for `calls` over a window of `window_s`: each session runs as a
 /// task that starts again, as a new session with a fresh context, every `task_every_s`
 /// seconds while the window lasts (AIPerf's schedule is fixed in advance, so a session
@@ -45,6 +62,7 @@ pub struct MooncakeRow {
 /// slower than the interval overlaps the next, and the load is heavier than the
 /// replayer's).
 pub fn to_mooncake(calls: &[AgentCall], window_s: f64, task_every_s: f64) -> String {
+    let block = shared_block(calls);
     let mut lines = String::new();
     for session in sessions(calls) {
         let first_s = session[0].pause_s;
@@ -61,7 +79,12 @@ pub fn to_mooncake(calls: &[AgentCall], window_s: f64, task_every_s: f64) -> Str
                     delay: (i > 0).then(|| ms(call.pause_s)),
                     input_length: call.context_tokens.max(1),
                     output_length: Some(call.output_tokens),
-                    hash_ids: Vec::new(),
+                    hash_ids: match block {
+                        Some(n) if call.shared_tokens.min(call.context_tokens) == n => {
+                            vec![SHARED_BLOCK_ID]
+                        }
+                        _ => Vec::new(),
+                    },
                 };
                 lines += &(serde_json::to_string(&row).expect("a row serializes") + "\n");
             }
@@ -184,6 +207,37 @@ mod tests {
         assert_eq!(first.session_id.as_deref(), Some("agent-0.2"));
         assert_eq!(first.timestamp, Some(40_000.0));
         assert_eq!(first.delay, None);
+        // Without a shared context no call lists a block.
+        assert_eq!(shared_block(&calls), None);
+        assert!(!rows.contains("hash_ids"));
+    }
+
+    #[test]
+    fn the_shared_context_goes_to_aiperf_as_one_block() {
+        let config = GeneratorConfig {
+            sessions: 3,
+            calls_per_session: 3,
+            shared_context: 400,
+            ..GeneratorConfig::default()
+        };
+        let calls = generate(5, &config);
+        assert_eq!(shared_block(&calls), Some(400));
+        let rows: Vec<MooncakeRow> = to_mooncake(&calls, 30.0, 60.0)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        for (call, row) in calls.iter().zip(&rows) {
+            // Each session's first call opens with the block, and is longer than it (its
+            // own context follows, fresh); later calls add their own tokens only.
+            match call.shared_tokens {
+                0 => assert!(row.hash_ids.is_empty()),
+                _ => {
+                    assert_eq!(row.hash_ids, vec![SHARED_BLOCK_ID]);
+                    assert!(row.input_length > 400);
+                }
+            }
+        }
+        assert_eq!(rows.iter().filter(|r| !r.hash_ids.is_empty()).count(), 3);
     }
 
     #[test]

@@ -327,18 +327,19 @@ fn by_round(md: &mut String, f: &Figures) {
         "| # | condition | callers | seed | turns | v2v p95 | over SLO | agent tok/s | agent \
          TTFT p95 | KV at budget | KV mean | KV preemptions | growth preemptions | held \
          request-steps | hold releases | first-sentence releases | prefill chunks | turn hints \
-         | hints withdrawn | retained turns | steps | scheduler per step |"
+         | hints withdrawn | retained turns | retained hits | turn prompts cached | steps | \
+         scheduler per step | CPU, cores |"
     );
     let _ = writeln!(
         md,
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     for (n, r) in f.rounds.iter().enumerate() {
         let (s, e) = (&r.summary, &r.engine);
         let _ = writeln!(
             md,
             "| {} | {} | {} | {} | {} | {:.2} s | {} | {:.2} | {:.2} s | {:.0}% | {:.0}% | {} | \
-             {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} µs |",
+             {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} µs | {} |",
             n + 1,
             r.condition,
             r.callers,
@@ -359,11 +360,19 @@ fn by_round(md: &mut String, f: &Figures) {
             e.hints_seen,
             e.hints_superseded,
             e.retained_turns,
+            e.retained_hits,
+            e.turn_prompt_cached_share
+                .map_or("–".into(), |s| format!("{:.0}%", s * 100.0)),
             e.steps,
             e.scheduler_us_per_step,
+            e.cpu_cores.map_or("–".into(), |c| format!("{c:.2}")),
         );
     }
-    let _ = writeln!(md);
+    let _ = writeln!(
+        md,
+        "\nCPU, cores: the bench process's CPU time (engine, voice pipeline, replayer; not \
+         AIPerf) over the round's wall time.\n"
+    );
     if !f.pairs.is_empty() {
         let _ = writeln!(
             md,

@@ -129,8 +129,12 @@ pub fn run_round(plan: &RoundPlan) -> Result<RoundRecord> {
                     hints_superseded: state.counters.hints_superseded,
                     first_sentence_releases: state.counters.first_sentence_releases,
                     retained_turns: state.counters.retained_turns,
+                    retained_hits: state.counters.retained_hits,
+                    turn_prompt_tokens: state.counters.turn_prompt_tokens,
+                    turn_cached_tokens: state.counters.turn_cached_tokens,
                     steps: state.counters.steps,
                     schedule_ns: state.schedule_ns,
+                    cpu_ms: crate::process_cpu_ms(),
                 });
                 let taken = samples.lock().unwrap().len();
                 if taken % PROGRESS_EVERY_SAMPLES == 0 {

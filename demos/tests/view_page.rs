@@ -194,10 +194,7 @@ fn a_call_on_the_page(answered: Answered) {
     let caller = texts("caller");
     let heard = first.transcript.to_lowercase();
     let question_words = ["is", "it", "going", "rain", "today"];
-    let words_heard = question_words
-        .iter()
-        .filter(|w| heard.contains(*w))
-        .count();
+    let words_heard = question_words.iter().filter(|w| heard.contains(*w)).count();
     assert!(
         caller.contains(&heard) && words_heard >= 3,
         "the page's caller transcript {caller:?}, the agent's {:?} ({words_heard} of the \

@@ -79,6 +79,10 @@ impl Scheduler {
             });
         }
         let mut admitted = Admitted::default();
+        if RequestKind::of(&request) == RequestKind::VoiceTurn {
+            self.counters.turn_prompt_tokens += request.prompt_len as u64;
+            self.counters.turn_cached_tokens += request.cached.min(request.prompt_len) as u64;
+        }
         match (RequestKind::of(&request), request.call) {
             (RequestKind::TurnHint, _) => self.turn_hint(request.priority, now_ms),
             (RequestKind::VoiceTurn, Some(call)) if self.config.switches.turn_hint => {
@@ -207,6 +211,26 @@ mod tests {
         scheduler.finish_step(&Plan::default(), 1, &[]);
         let plan = scheduler.schedule(1);
         assert_eq!(plan.prefill, vec![(1, 36)]);
+    }
+
+    #[test]
+    fn a_turns_prompt_and_what_the_cache_held_of_it_are_counted_at_arrival() {
+        let mut scheduler = scheduler(Switches::all());
+        let mut turn = Request::new(1, 0, Some(7), 100, 8);
+        turn.cached = 96;
+        scheduler.add(turn, 0).unwrap();
+        // Not a hint's, nor an agent's.
+        scheduler
+            .add(Request::new(2, 0, Some(8), 40, 1), 0)
+            .unwrap();
+        let mut agent = Request::new(3, 5, None, 300, 8);
+        agent.cached = 200;
+        scheduler.add(agent, 0).unwrap();
+        let counted = &scheduler.counters;
+        assert_eq!(
+            (counted.turn_prompt_tokens, counted.turn_cached_tokens),
+            (100, 96)
+        );
     }
 
     #[test]

@@ -236,6 +236,11 @@ pub struct Counters {
     pub first_sentence_releases: u64,
     pub retained_turns: u64,
     pub retained_hits: u64,
+    /// Voice turns' prompt tokens at their arrival, and how many of them the engine's
+    /// cache already held (a turn that finds its call's last turn computes only what
+    /// the caller just said).
+    pub turn_prompt_tokens: u64,
+    pub turn_cached_tokens: u64,
     pub refused: u64,
 }
 

@@ -3,13 +3,14 @@
 //! case fails by itself if its condition did not hold when the turn was sent; these tests
 //! check what the scheduler did, from its own state, not how fast it was (the timings and
 //! their ratios are `cargo xtask probe`'s to print). Also: sequences of different lengths
-//! decoded in one pass give each the tokens it gets alone.
+//! decoded in one pass give each the tokens it gets alone, and a call's turn outlives the
+//! agents' contexts in the prefix cache with call retention.
 
 use std::sync::Arc;
 
-use sublet_engine::make_room::PolicyConfig;
+use sublet_engine::make_room::{PolicyConfig, Switches};
 use sublet_engine::probe::{self, ProbeOptions};
-use sublet_engine::{ChatRequest, Engine, EngineConfig, Message, Prompt, Role};
+use sublet_engine::{ChatRequest, Engine, EngineConfig, Message, Prompt, Role, VOICE_PRIORITY};
 use sublet_models::ModelCache;
 
 #[test]
@@ -165,5 +166,74 @@ fn a_request_dropped_while_it_waits_computes_nothing() {
         "{prefilled} prompt tokens computed: the first request's {} and the dropped one's {}",
         finish.prompt_tokens,
         dropped_tokens
+    );
+}
+
+#[test]
+fn with_call_retention_a_calls_turn_outlives_agents_contexts_in_the_prefix_cache() {
+    // The prefix cache keeps at most the KV budget's tokens. Agents' contexts finishing
+    // after a call's turn push the turn out, oldest first, unless call retention has the
+    // agents' entries go first: then the call's next turn finds its whole conversation.
+    let cache = ModelCache::from_env();
+    let engine = Engine::load(&EngineConfig {
+        make_room: Some(PolicyConfig {
+            kv_budget_tokens: 1024,
+            ..PolicyConfig::default()
+        }),
+        ..EngineConfig::bundled(&cache).unwrap()
+    })
+    .unwrap();
+    let words = |seed: usize, n: usize| -> String {
+        let pool = [
+            "river", "stone", "lamp", "cloud", "garden", "window", "copper", "field",
+        ];
+        (0..n)
+            .map(|i| pool[(i * 7 + seed * 3 + i / 5) % pool.len()])
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let mut cached_share = Vec::new();
+    for (call, retention) in [(1u64, false), (2, true)] {
+        engine.set_make_room_switches(Switches {
+            call_retention: retention,
+            ..Switches::all()
+        });
+        let turn = |messages: Vec<Message>| {
+            let request = ChatRequest {
+                priority: VOICE_PRIORITY,
+                session: Some(call),
+                ..ChatRequest::new(messages, 8)
+            };
+            engine.chat(request).unwrap().collect_blocking().unwrap().0
+        };
+        let mut messages = vec![
+            Message::new(
+                Role::System,
+                format!("Call {call}. You are a helpful voice agent."),
+            ),
+            Message::new(Role::User, "What is the capital of France?"),
+        ];
+        let reply = turn(messages.clone());
+        // Three agents' contexts of ~400 tokens each, finished after the turn.
+        for agent in 0..3 {
+            let prompt = format!("Agent {call}.{agent}. {}", words(agent, 300));
+            let request = ChatRequest::new(vec![Message::new(Role::User, prompt)], 2);
+            engine.chat(request).unwrap().collect_blocking().unwrap();
+        }
+        messages.push(Message::new(Role::Assistant, reply));
+        messages.push(Message::new(Role::User, "And of Spain?"));
+        let before = engine.scheduler_state().counters;
+        turn(messages);
+        let after = engine.scheduler_state().counters;
+        let prompt = after.turn_prompt_tokens - before.turn_prompt_tokens;
+        let cached = after.turn_cached_tokens - before.turn_cached_tokens;
+        println!(
+            "call retention {retention}: {cached} of the turn's {prompt} prompt tokens cached"
+        );
+        cached_share.push(cached as f64 / prompt.max(1) as f64);
+    }
+    assert!(
+        cached_share[0] < 0.3 && cached_share[1] > 0.7,
+        "the second turn's prompt cached, without and with call retention: {cached_share:?}"
     );
 }

@@ -6,7 +6,8 @@
 //! running sequences, and of retained call turns. A finished call turn's KV lives on in
 //! mistral.rs's prefix cache; call retention keeps budget room for it until the call's
 //! next turn (which finds it there) takes it over, or until it gives way to pressure or
-//! its time runs out. The prefix cache itself keeps at most the budget's tokens of KV.
+//! its time runs out. The prefix cache itself keeps at most the budget's tokens of KV,
+//! and with call retention it lets the agents' entries go before a call's.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -200,6 +201,14 @@ impl Scheduler for MakeRoomScheduler {
 
     fn prefix_cache_holds(&mut self, bytes: usize) {
         self.planner.set_prefix_cache_kv(bytes);
+    }
+
+    /// With call retention, a call's finished turn outlives the agents' contexts that
+    /// finish after it in the prefix cache (agents' entries go first when it is over its
+    /// bound), so the call's next turn computes only what the caller just said. Oldest
+    /// first otherwise, as stock.
+    fn prefix_cache_by_priority(&self) -> bool {
+        self.planner.policy().config().switches.call_retention
     }
 
     /// Answers every held request with the fault and forgets it: the engine is rebuilt

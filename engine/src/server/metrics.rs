@@ -175,7 +175,7 @@ pub fn render_scheduler(state: &SchedulerState) -> String {
     .map(|(name, on)| (format!("{{switch=\"{name}\"}}"), u64::from(*on)))
     .collect();
     let c = &state.counters;
-    let families: [Family; 17] = [
+    let families: [Family; 18] = [
         (
             "sublet_make_room_switch",
             "gauge",
@@ -269,6 +269,15 @@ pub fn render_scheduler(state: &SchedulerState) -> String {
             "counter",
             "Voice turns whose hold ended at their first sentence, before the window's end.",
             plain(c.first_sentence_releases),
+        ),
+        (
+            "sublet_turn_prompt_tokens_total",
+            "counter",
+            "Voice turns' prompt tokens as they arrived: all of them, and those the prefix cache held.",
+            vec![
+                ("{of=\"all\"}".into(), c.turn_prompt_tokens),
+                ("{of=\"cached\"}".into(), c.turn_cached_tokens),
+            ],
         ),
         (
             "sublet_kv_refused_total",
