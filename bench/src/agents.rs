@@ -216,7 +216,7 @@ impl Endpoint<'_> {
             if stop.load(Ordering::Relaxed) {
                 return;
             }
-            let shared = call.shared_tokens.min(call.context_tokens);
+            let shared = call.shared_prefix();
             let own = filler(number * 1000 + i, call.context_tokens - shared);
             let content = match shared {
                 0 => own,

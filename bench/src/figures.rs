@@ -534,7 +534,10 @@ mod tests {
             (s.cpu_ms, s.turn_prompt_tokens, s.turn_cached_tokens) = (0, 0, 0);
         }
         let engine = engine_figures(&old, 10.0);
-        assert_eq!((engine.cpu_cores, engine.turn_prompt_cached_share), (None, None));
+        assert_eq!(
+            (engine.cpu_cores, engine.turn_prompt_cached_share),
+            (None, None)
+        );
         assert!((on.stage_means_s[4] - 1.3).abs() < 1e-12);
     }
 

@@ -13,9 +13,9 @@
 //! to AIPerf line for line. A call that opens with the trace's shared context lists it as
 //! one block, `"hash_ids": [0]`, with AIPerf's block size set to its length
 //! ([`shared_block`]): AIPerf then writes the same text at the start of every such call
-//! and fresh text after it, as the replayer does. Public traces without sessions (Mooncake's own) list whole
-//! requests with `hash_ids`, the blocks of their prompt; [`from_mooncake`] joins a request
-//! to the session whose last request its blocks extend.
+//! and fresh text after it, as the replayer does. Public traces without sessions
+//! (Mooncake's own) list whole requests with `hash_ids`, the blocks of their prompt;
+//! [`from_mooncake`] joins a request to the session whose last request its blocks extend.
 
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
@@ -50,7 +50,7 @@ const SHARED_BLOCK_ID: u64 = 0;
 pub fn shared_block(calls: &[AgentCall]) -> Option<usize> {
     calls
         .iter()
-        .map(|c| c.shared_tokens.min(c.context_tokens))
+        .map(AgentCall::shared_prefix)
         .max()
         .filter(|n| *n > 0)
 }
@@ -80,7 +80,7 @@ pub fn to_mooncake(calls: &[AgentCall], window_s: f64, task_every_s: f64) -> Str
                     input_length: call.context_tokens.max(1),
                     output_length: Some(call.output_tokens),
                     hash_ids: match block {
-                        Some(n) if call.shared_tokens.min(call.context_tokens) == n => {
+                        Some(n) if call.shared_prefix() == n => {
                             vec![SHARED_BLOCK_ID]
                         }
                         _ => Vec::new(),

@@ -40,6 +40,14 @@ pub struct AgentCall {
     pub shared_tokens: usize,
 }
 
+impl AgentCall {
+    /// The shared context this call opens with, tokens: `shared_tokens`, never more than
+    /// the call's context (a hand-written trace may say more; parsing refuses it).
+    pub fn shared_prefix(&self) -> usize {
+        self.shared_tokens.min(self.context_tokens)
+    }
+}
+
 fn is_zero(n: &usize) -> bool {
     *n == 0
 }

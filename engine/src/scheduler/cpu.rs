@@ -10,7 +10,7 @@
 //! and with call retention it lets the agents' entries go before a call's.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use mistralrs_core::{
     DefaultSchedulerOutput, IntervalLogger, KVCacheManager, Response, Scheduler, SchedulerOutput,
@@ -203,12 +203,16 @@ impl Scheduler for MakeRoomScheduler {
         self.planner.set_prefix_cache_kv(bytes);
     }
 
-    /// With call retention, a call's finished turn outlives the agents' contexts that
-    /// finish after it in the prefix cache (agents' entries go first when it is over its
-    /// bound), so the call's next turn computes only what the caller just said. Oldest
-    /// first otherwise, as stock.
-    fn prefix_cache_by_priority(&self) -> bool {
-        self.planner.policy().config().switches.call_retention
+    /// With call retention, a call's last finished turn outlives the agents' contexts
+    /// that finish after it in the prefix cache (agents' entries go first when it is over
+    /// its bound), for as long as make-room retains it, so the call's next turn computes
+    /// only what the caller just said. Oldest first otherwise, as stock.
+    fn prefix_cache_by_priority(&self) -> Option<Duration> {
+        let config = self.planner.policy().config();
+        config
+            .switches
+            .call_retention
+            .then(|| Duration::from_millis(config.retain_ms))
     }
 
     /// Answers every held request with the fault and forgets it: the engine is rebuilt
