@@ -9,6 +9,8 @@ use crate::stats::{slo_from_voice_alone, summarize, AgentCallRecord, Summary, Vo
 pub const VOICE_ALONE: &str = "voice alone";
 pub const MAKE_ROOM_OFF: &str = "make-room off";
 pub const MAKE_ROOM_ON: &str = "make-room on";
+/// The agents with no callers: what they get of the engine when no call takes a share.
+pub const AGENTS_ALONE: &str = "agents alone";
 
 /// KV use counts as "at the budget" from this share of it up, or whenever a request
 /// waits for room (the next in line does not fit in what is left).
@@ -57,6 +59,27 @@ pub struct Sample {
     /// The bench process's CPU time so far (engine, voice pipeline, replayer), ms.
     #[serde(default)]
     pub cpu_ms: u64,
+    /// Tokens the engine computed so far, of prompts and decoded, and of those the calls'.
+    #[serde(default)]
+    pub prefill_tokens: u64,
+    #[serde(default)]
+    pub decode_tokens: u64,
+    #[serde(default)]
+    pub call_prefill_tokens: u64,
+    #[serde(default)]
+    pub call_decode_tokens: u64,
+}
+
+/// The tokens the engine computed over a round, for the calls and for the agents: prompt
+/// tokens (recomputed ones too, after a preemption) and decoded ones.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct EngineWork {
+    pub call_prompt_tokens: u64,
+    pub call_decoded_tokens: u64,
+    pub agent_prompt_tokens: u64,
+    pub agent_decoded_tokens: u64,
+    /// The seconds the samples span.
+    pub seconds: f64,
 }
 
 /// Callers in a round written before rounds recorded theirs (every such run had two).
@@ -125,6 +148,10 @@ pub struct EngineFigures {
     /// records from before it was sampled.
     #[serde(default)]
     pub cpu_cores: Option<f64>,
+    /// What the engine computed, for the calls and for the agents; `None` in records from
+    /// before it was counted.
+    #[serde(default)]
+    pub work: Option<EngineWork>,
 }
 
 /// One round's figures.
@@ -149,6 +176,12 @@ pub struct PairRatios {
     pub agent_throughput_on_over_off: f64,
     /// The agents' p95 time to first token with make-room over without it.
     pub agent_first_token_p95_on_over_off: f64,
+    /// The agents' throughput in each round over theirs with no callers, for the same
+    /// seed (none: no agents-alone round with it): how much of it the calls take.
+    #[serde(default)]
+    pub agent_throughput_off_over_alone: Option<f64>,
+    #[serde(default)]
+    pub agent_throughput_on_over_alone: Option<f64>,
 }
 
 /// All the rounds of one condition with the same callers together.
@@ -213,7 +246,8 @@ impl Figures {
             .find(|c| c.condition == condition && c.callers == callers)
     }
 
-    /// Every number of callers the rounds ran with, fewest first.
+    /// Every number of callers the rounds ran with, fewest first (not the agents-alone
+    /// round's none).
     pub fn caller_counts(&self) -> Vec<usize> {
         caller_counts(self.rounds.iter().map(|r| r.callers))
     }
@@ -243,11 +277,10 @@ pub fn figures(rounds: &[RoundRecord], window_s: f64) -> Figures {
             engine: engine_figures(&r.samples, r.window_or(window_s)),
         })
         .collect();
-    let conditions = counts
-        .iter()
-        .flat_map(|&callers| {
+    let conditions = std::iter::once((AGENTS_ALONE, 0))
+        .chain(counts.iter().flat_map(|&callers| {
             [VOICE_ALONE, MAKE_ROOM_OFF, MAKE_ROOM_ON].map(move |condition| (condition, callers))
-        })
+        }))
         .filter_map(|(condition, callers)| {
             let of: Vec<(&RoundRecord, &RoundFigures)> = rounds
                 .iter()
@@ -259,15 +292,15 @@ pub fn figures(rounds: &[RoundRecord], window_s: f64) -> Figures {
         .collect();
     Figures {
         slos,
-        pairs: pairs(&round_figures),
+        pairs: pairs(&round_figures, &agents_alone(&round_figures)),
         rounds: round_figures,
         conditions,
     }
 }
 
-/// The distinct numbers of callers, fewest first.
+/// The distinct numbers of callers, fewest first, none left out.
 fn caller_counts(callers: impl Iterator<Item = usize>) -> Vec<usize> {
-    let mut counts: Vec<usize> = callers.collect();
+    let mut counts: Vec<usize> = callers.filter(|&n| n > 0).collect();
     counts.sort_unstable();
     counts.dedup();
     counts
@@ -303,8 +336,18 @@ fn slos(rounds: &[RoundRecord], counts: &[usize]) -> Vec<Slo> {
         .collect()
 }
 
-/// Neighbouring rounds with the same seed and callers, one off and one on, either order.
-fn pairs(rounds: &[RoundFigures]) -> Vec<PairRatios> {
+/// Each agents-alone round's seed and the agents' throughput in it.
+fn agents_alone(rounds: &[RoundFigures]) -> Vec<(Option<u64>, f64)> {
+    rounds
+        .iter()
+        .filter(|r| r.condition == AGENTS_ALONE)
+        .map(|r| (r.seed, r.summary.agent_tokens_per_s))
+        .collect()
+}
+
+/// Neighbouring rounds with the same seed and callers, one off and one on, either order;
+/// `alone` holds the agents' throughput with no callers, by seed.
+fn pairs(rounds: &[RoundFigures], alone: &[(Option<u64>, f64)]) -> Vec<PairRatios> {
     rounds
         .windows(2)
         .filter_map(|p| {
@@ -312,6 +355,12 @@ fn pairs(rounds: &[RoundFigures]) -> Vec<PairRatios> {
                 (MAKE_ROOM_OFF, MAKE_ROOM_ON) => (&p[0], &p[1]),
                 (MAKE_ROOM_ON, MAKE_ROOM_OFF) => (&p[1], &p[0]),
                 _ => return None,
+            };
+            let over_alone = |r: &RoundFigures| {
+                alone
+                    .iter()
+                    .find(|(seed, tokens_per_s)| *seed == r.seed && *tokens_per_s > 0.0)
+                    .map(|(_, tokens_per_s)| r.summary.agent_tokens_per_s / tokens_per_s)
             };
             (off.seed == on.seed && off.callers == on.callers).then(|| PairRatios {
                 seed: off.seed,
@@ -322,6 +371,8 @@ fn pairs(rounds: &[RoundFigures]) -> Vec<PairRatios> {
                     / off.summary.agent_tokens_per_s.max(1e-9),
                 agent_first_token_p95_on_over_off: on.summary.agent_first_token_p95_s
                     / off.summary.agent_first_token_p95_s.max(1e-9),
+                agent_throughput_off_over_alone: over_alone(off),
+                agent_throughput_on_over_alone: over_alone(on),
             })
         })
         .collect()
@@ -410,6 +461,22 @@ pub fn engine_figures(samples: &[Sample], window_s: f64) -> EngineFigures {
             }
             _ => None,
         },
+        work: match (samples.first(), samples.last()) {
+            (Some(first), Some(last)) if grew(|s| s.prefill_tokens) > 0 => {
+                let (call_prompt, call_decoded) = (
+                    grew(|s| s.call_prefill_tokens),
+                    grew(|s| s.call_decode_tokens),
+                );
+                Some(EngineWork {
+                    call_prompt_tokens: call_prompt,
+                    call_decoded_tokens: call_decoded,
+                    agent_prompt_tokens: grew(|s| s.prefill_tokens).saturating_sub(call_prompt),
+                    agent_decoded_tokens: grew(|s| s.decode_tokens).saturating_sub(call_decoded),
+                    seconds: last.t_s - first.t_s,
+                })
+            }
+            _ => None,
+        },
     }
 }
 
@@ -426,163 +493,4 @@ pub fn stage_means(turns: &[VoiceTurn]) -> [f64; 5] {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn turn(v2v: f64) -> VoiceTurn {
-        VoiceTurn {
-            call: "c".into(),
-            utterance: 0,
-            voice_to_voice_s: Some(v2v),
-            first_token_s: Some(0.2),
-            first_sentence_s: Some(0.5),
-            stages_s: Some([1.0, 0.2, 0.2, 0.3, v2v - 1.7]),
-        }
-    }
-
-    fn sample(t_s: f64, kv: usize, held: u64, waiting: usize) -> Sample {
-        Sample {
-            t_s,
-            kv_used_tokens: kv,
-            kv_budget_tokens: 100,
-            running: 1,
-            waiting,
-            kv_preemptions: 0,
-            growth_preemptions: 0,
-            held_request_steps: held,
-            hold_releases: 0,
-            prefill_chunks: 0,
-            hints_seen: 0,
-            hints_superseded: 0,
-            first_sentence_releases: 0,
-            retained_turns: 0,
-            retained_hits: held / 2,
-            turn_prompt_tokens: held * 100,
-            turn_cached_tokens: held * 75,
-            steps: held * 10,
-            schedule_ns: held * 10 * 40_000,
-            cpu_ms: (t_s * 1500.0) as u64,
-        }
-    }
-
-    fn round(condition: &str, seed: Option<u64>, v2v: &[f64], tokens: usize) -> RoundRecord {
-        RoundRecord {
-            condition: condition.into(),
-            seed,
-            callers: 2,
-            window_s: 0.0,
-            duration_s: 12.0,
-            turns: v2v.iter().map(|v| turn(*v)).collect(),
-            agent_calls: vec![AgentCallRecord {
-                session: "a".into(),
-                started_s: 0.0,
-                first_token_s: Some(1.0),
-                ended_s: 5.0,
-                output_tokens: tokens,
-                token_times_s: Vec::new(),
-                error: None,
-            }],
-            samples: vec![
-                sample(0.0, 95, 10, 0),
-                sample(5.0, 50, 12, 0),
-                sample(7.0, 60, 12, 1),
-                sample(9.0, 40, 12, 0),
-                sample(11.0, 99, 20, 0),
-            ],
-        }
-    }
-
-    #[test]
-    fn rounds_pair_by_seed_and_conditions_pool() {
-        let rounds = vec![
-            round(VOICE_ALONE, None, &[2.0, 3.0], 0),
-            round(MAKE_ROOM_OFF, Some(1), &[10.0, 20.0], 100),
-            round(MAKE_ROOM_ON, Some(1), &[2.0, 4.0], 90),
-            // The second pair runs on first (so a drifting machine favours neither).
-            round(MAKE_ROOM_ON, Some(2), &[3.0, 3.0], 80),
-            round(MAKE_ROOM_OFF, Some(2), &[8.0, 6.0], 100),
-        ];
-        let figures = figures(&rounds, 10.0);
-        assert_eq!(figures.slo_for(2), 3.25);
-        assert_eq!(figures.slos.len(), 1);
-        assert_eq!(figures.pairs.len(), 2);
-        assert_eq!(figures.pairs[0].p95_voice_to_voice_off_over_on, 5.0);
-        assert!((figures.pairs[1].agent_throughput_on_over_off - 0.8).abs() < 1e-12);
-        let on = figures.condition(MAKE_ROOM_ON, 2).unwrap();
-        assert_eq!((on.condition.as_str(), on.rounds), (MAKE_ROOM_ON, 2));
-        assert_eq!(on.summary.turns, 4);
-        assert_eq!(on.summary.over_slo, 1);
-        assert!((on.summary.agent_tokens_per_s - 8.5).abs() < 1e-12);
-        // At the budget: 95% used, or a request waiting for room. Samples after the 10 s
-        // window do not count toward KV use; counters span the round.
-        let engine = &figures.rounds[1].engine;
-        assert_eq!(
-            (engine.at_budget_share, engine.held_request_steps),
-            (0.5, 10)
-        );
-        assert!((engine.mean_use - 0.6125).abs() < 1e-12);
-        // 100 steps at 40 µs each.
-        assert!((engine.scheduler_us_per_step - 40.0).abs() < 1e-9);
-        assert!((on.scheduler_us_per_step - 40.0).abs() < 1e-9);
-        // 16.5 s of CPU over the 11 s the samples span.
-        assert!((engine.cpu_cores.unwrap() - 1.5).abs() < 1e-9);
-        assert_eq!(engine.retained_hits, 5);
-        assert!((engine.turn_prompt_cached_share.unwrap() - 0.75).abs() < 1e-12);
-        // Records from before these were sampled: not known, not zero.
-        let mut old = rounds[1].samples.clone();
-        for s in &mut old {
-            (s.cpu_ms, s.turn_prompt_tokens, s.turn_cached_tokens) = (0, 0, 0);
-        }
-        let engine = engine_figures(&old, 10.0);
-        assert_eq!(
-            (engine.cpu_cores, engine.turn_prompt_cached_share),
-            (None, None)
-        );
-        assert!((on.stage_means_s[4] - 1.3).abs() < 1e-12);
-    }
-
-    #[test]
-    fn each_number_of_callers_has_its_own_slo_pairs_and_conditions() {
-        let with = |callers, mut r: RoundRecord| {
-            r.callers = callers;
-            r
-        };
-        let rounds = vec![
-            with(2, round(VOICE_ALONE, None, &[1.0, 2.0], 0)),
-            with(4, round(VOICE_ALONE, None, &[3.0, 4.0], 0)),
-            with(2, round(MAKE_ROOM_OFF, Some(1), &[10.0], 100)),
-            with(2, round(MAKE_ROOM_ON, Some(1), &[3.0], 100)),
-            // Same seed, other callers: not a pair.
-            with(4, round(MAKE_ROOM_ON, Some(1), &[3.0], 100)),
-            with(4, round(MAKE_ROOM_OFF, Some(2), &[12.0], 100)),
-            with(4, round(MAKE_ROOM_ON, Some(2), &[4.0], 100)),
-        ];
-        let figures = figures(&rounds, 10.0);
-        assert_eq!((figures.slo_for(2), figures.slo_for(4)), (2.25, 4.25));
-        assert_eq!(figures.caller_counts(), vec![2, 4]);
-        // The 2-caller turn of 3 s is over its SLO; the 4-caller turns of 3 and 4 s are not.
-        assert_eq!(
-            figures.condition(MAKE_ROOM_ON, 2).unwrap().summary.over_slo,
-            1
-        );
-        assert_eq!(
-            figures.condition(MAKE_ROOM_ON, 4).unwrap().summary.over_slo,
-            0
-        );
-        assert_eq!(figures.condition(MAKE_ROOM_ON, 4).unwrap().rounds, 2);
-        let pairs: Vec<(usize, Option<u64>)> =
-            figures.pairs.iter().map(|p| (p.callers, p.seed)).collect();
-        assert_eq!(pairs, vec![(2, Some(1)), (4, Some(2))]);
-        assert_eq!(figures.conditions.len(), 6);
-    }
-
-    #[test]
-    fn an_unpaired_round_has_no_ratio() {
-        let rounds = vec![
-            round(VOICE_ALONE, None, &[2.0], 0),
-            round(MAKE_ROOM_OFF, Some(1), &[10.0], 100),
-            round(MAKE_ROOM_ON, Some(2), &[2.0], 90),
-        ];
-        assert!(figures(&rounds, 10.0).pairs.is_empty());
-    }
-}
+mod tests;

@@ -8,7 +8,7 @@ use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::figures::{RoundRecord, MAKE_ROOM_OFF, MAKE_ROOM_ON, VOICE_ALONE};
+use crate::figures::{RoundRecord, AGENTS_ALONE, MAKE_ROOM_OFF, MAKE_ROOM_ON, VOICE_ALONE};
 use crate::report::{BenchReport, STAGES};
 
 const SIZE: (u32, u32) = (800, 440);
@@ -24,6 +24,7 @@ pub const PLOTS: [(&str, &str); 3] = [
 fn color_of(condition: &str) -> RGBColor {
     match condition {
         VOICE_ALONE => RGBColor(90, 90, 90),
+        AGENTS_ALONE => RGBColor(44, 160, 44),
         MAKE_ROOM_OFF => RGBColor(214, 39, 40),
         MAKE_ROOM_ON => RGBColor(31, 119, 180),
         _ => RGBColor(150, 150, 150),
@@ -144,7 +145,12 @@ fn voice_to_voice_cdf(report: &BenchReport, path: &Path) -> Result<()> {
 
 /// One bar per condition, each stage's mean a segment of it.
 fn stages(report: &BenchReport, path: &Path) -> Result<()> {
-    let conditions = &report.figures.conditions;
+    let conditions: Vec<_> = report
+        .figures
+        .conditions
+        .iter()
+        .filter(|c| c.summary.turns > 0)
+        .collect();
     let longest = conditions
         .iter()
         .map(|c| c.stage_means_s.iter().sum::<f64>())

@@ -7,7 +7,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::figures::{
-    ConditionFigures, Figures, RoundRecord, MAKE_ROOM_OFF, MAKE_ROOM_ON, VOICE_ALONE,
+    ConditionFigures, EngineWork, Figures, RoundFigures, RoundRecord, MAKE_ROOM_OFF, MAKE_ROOM_ON,
+    VOICE_ALONE,
 };
 use crate::stats::FAILED_TURN_S;
 
@@ -89,6 +90,7 @@ pub fn markdown(report: &BenchReport, plots: &[(&str, &str)]) -> String {
     headline(&mut md, f);
     by_condition(&mut md, f);
     by_round(&mut md, f);
+    engine_work(&mut md, f);
     stages(&mut md, f);
     for (title, file) in plots {
         let _ = writeln!(md, "### {title}\n\n![{title}]({file})\n");
@@ -377,21 +379,77 @@ fn by_round(md: &mut String, f: &Figures) {
         let _ = writeln!(
             md,
             "| pair (seed) | callers | p95 v2v off ÷ on | agent tok/s on ÷ off | agent TTFT p95 \
-             on ÷ off |\n|---|---:|---:|---:|---:|"
+             on ÷ off | agent tok/s off ÷ alone | agent tok/s on ÷ alone |\n\
+             |---|---:|---:|---:|---:|---:|---:|"
         );
+        let or_dash = |v: Option<f64>| v.map_or("–".into(), |v| format!("{v:.2}"));
         for p in &f.pairs {
             let _ = writeln!(
                 md,
-                "| {} | {} | {:.2}× | {:.2} | {:.2} |",
+                "| {} | {} | {:.2}× | {:.2} | {:.2} | {} | {} |",
                 p.seed.map(|s| s.to_string()).unwrap_or_else(|| "–".into()),
                 p.callers,
                 p.p95_voice_to_voice_off_over_on,
                 p.agent_throughput_on_over_off,
-                p.agent_first_token_p95_on_over_off
+                p.agent_first_token_p95_on_over_off,
+                or_dash(p.agent_throughput_off_over_alone),
+                or_dash(p.agent_throughput_on_over_alone),
             );
         }
+        let _ = writeln!(
+            md,
+            "\nalone: the agents-alone round with the pair's seed (the same sessions, no \
+             callers)."
+        );
         let _ = writeln!(md);
     }
+}
+
+/// What the engine computed in each round, for the calls and for the agents.
+fn engine_work(md: &mut String, f: &Figures) {
+    let rounds: Vec<(usize, &RoundFigures, EngineWork)> = f
+        .rounds
+        .iter()
+        .enumerate()
+        .filter_map(|(n, r)| Some((n + 1, r, r.engine.work?)))
+        .collect();
+    if rounds.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "## Where the engine's work goes (tokens computed over each round)\n"
+    );
+    let _ = writeln!(
+        md,
+        "| # | condition | callers | seed | calls' prompt tokens | calls' decoded | agents' \
+         prompt tokens | agents' decoded | prompt tokens/s, all | decoded/s, all | calls' share \
+         of decoded |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
+    for (n, r, w) in rounds {
+        let seconds = w.seconds.max(1e-9);
+        let decoded = w.call_decoded_tokens + w.agent_decoded_tokens;
+        let _ = writeln!(
+            md,
+            "| {n} | {} | {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {:.0}% |",
+            r.condition,
+            r.callers,
+            r.seed.map(|s| s.to_string()).unwrap_or_else(|| "–".into()),
+            w.call_prompt_tokens,
+            w.call_decoded_tokens,
+            w.agent_prompt_tokens,
+            w.agent_decoded_tokens,
+            (w.call_prompt_tokens + w.agent_prompt_tokens) as f64 / seconds,
+            decoded as f64 / seconds,
+            w.call_decoded_tokens as f64 / decoded.max(1) as f64 * 100.0,
+        );
+    }
+    let _ = writeln!(
+        md,
+        "\nOver the whole round (the window and the calls still in progress after it); \
+         prompt tokens count again when a preempted request computes them anew; a call's \
+         tokens include its turn hints.\n"
+    );
 }
 
 fn stages(md: &mut String, f: &Figures) {
@@ -401,7 +459,7 @@ fn stages(md: &mut String, f: &Figures) {
     );
     let _ = writeln!(md, "| condition | {} |", STAGES.join(" | "));
     let _ = writeln!(md, "|---|{}", "---:|".repeat(STAGES.len()));
-    for c in &f.conditions {
+    for c in f.conditions.iter().filter(|c| c.summary.turns > 0) {
         let total: f64 = c.stage_means_s.iter().sum::<f64>().max(1e-9);
         let cells: Vec<String> = c
             .stage_means_s

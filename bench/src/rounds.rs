@@ -135,6 +135,10 @@ pub fn run_round(plan: &RoundPlan) -> Result<RoundRecord> {
                     steps: state.counters.steps,
                     schedule_ns: state.schedule_ns,
                     cpu_ms: crate::process_cpu_ms(),
+                    prefill_tokens: state.counters.prefill_tokens,
+                    decode_tokens: state.counters.decode_tokens,
+                    call_prefill_tokens: state.counters.call_prefill_tokens,
+                    call_decode_tokens: state.counters.call_decode_tokens,
                 });
                 let taken = samples.lock().unwrap().len();
                 if taken % PROGRESS_EVERY_SAMPLES == 0 {

@@ -467,6 +467,9 @@ impl Scheduler {
                     r.generated = 1;
                 }
                 progressed.push(id);
+                if r.call.is_some() {
+                    self.counters.call_prefill_tokens += n as u64;
+                }
             }
             self.counters.prefill_chunks += 1;
             self.counters.prefill_tokens += n as u64;
@@ -476,6 +479,9 @@ impl Scheduler {
                 r.computed += 1;
                 r.generated += 1;
                 progressed.push(id);
+                if r.call.is_some() {
+                    self.counters.call_decode_tokens += 1;
+                }
             }
             self.counters.decode_tokens += 1;
         }

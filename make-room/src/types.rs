@@ -218,6 +218,10 @@ pub struct Counters {
     pub prefill_chunks: u64,
     pub prefill_tokens: u64,
     pub decode_tokens: u64,
+    /// Of those, the tokens computed for calls (turns and turn hints): what answering the
+    /// callers takes of the engine, the rest being the agents'.
+    pub call_prefill_tokens: u64,
+    pub call_decode_tokens: u64,
     /// Preemptions to let a running request grow (the engine's own, with or without make-room).
     pub growth_preemptions: u64,
     /// Preemptions to admit a more urgent waiting request.

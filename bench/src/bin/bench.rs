@@ -7,7 +7,9 @@
 //! ```
 //!
 //! For each number of callers in `--calls`, fewest first: a voice-alone round (its SLO),
-//! then that count's pairs of rounds, make-room off and on with the same seed.
+//! then that count's pairs of rounds, make-room off and on with the same seed. Before the
+//! first pair, an agents-alone round (the first pair's sessions, no callers) measures what
+//! the agents get of the engine when no call takes a share.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -19,7 +21,9 @@ use clap::Parser;
 use serde_json::json;
 use sublet_agent::{AgentConfig, VoiceAgent};
 use sublet_bench::aiperf::AiPerf;
-use sublet_bench::figures::{figures, RoundRecord, MAKE_ROOM_OFF, MAKE_ROOM_ON, VOICE_ALONE};
+use sublet_bench::figures::{
+    figures, RoundRecord, AGENTS_ALONE, MAKE_ROOM_OFF, MAKE_ROOM_ON, VOICE_ALONE,
+};
 use sublet_bench::report::{markdown, BenchReport};
 use sublet_bench::rounds::{run_round, Recording, RoundPlan};
 use sublet_bench::{agents, mooncake, plots, trace};
@@ -65,6 +69,9 @@ struct Args {
     /// progress when it closes are answered to their end).
     #[arg(long, default_value_t = 2.0)]
     minutes: f64,
+    /// The agents-alone round's window, in minutes (default: --minutes; 0: no such round).
+    #[arg(long)]
+    agents_alone_minutes: Option<f64>,
     /// The seed of the generated sessions (each pair of rounds adds its index).
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -250,7 +257,7 @@ fn run(args: Args) -> Result<()> {
             window.as_secs_f64(),
             started.elapsed().as_secs_f64()
         );
-        let switches = if condition == MAKE_ROOM_OFF {
+        let switches = if condition != MAKE_ROOM_ON {
             Switches::default()
         } else {
             args.on_switches.clone()
@@ -314,6 +321,7 @@ fn plan(args: &Args) -> Result<Vec<RoundStep>> {
         }
     }
     let window = Duration::from_secs_f64(args.minutes * 60.0);
+    let agents_alone = args.agents_alone_minutes.unwrap_or(args.minutes);
     let mut steps = Vec::new();
     for &callers in &counts {
         // The lists follow --calls as given.
@@ -326,6 +334,14 @@ fn plan(args: &Args) -> Result<Vec<RoundStep>> {
             window: Duration::from_secs_f64(alone * 60.0),
         });
         let pairs = for_count(&args.rounds, args.calls.len(), "rounds", i)?;
+        if agents_alone > 0.0 && pairs > 0 && !steps.iter().any(|s| s.callers == 0) {
+            steps.push(RoundStep {
+                condition: AGENTS_ALONE,
+                seed: Some(args.seed),
+                callers: 0,
+                window: Duration::from_secs_f64(agents_alone * 60.0),
+            });
+        }
         for r in 0..pairs {
             let seed = Some(args.seed + r as u64);
             let [first, second] = match r % 2 {
@@ -373,6 +389,7 @@ fn report(args: &Args, commit: Option<String>, rounds: Vec<RoundRecord>) -> Resu
             "shared_context": args.shared_context, "first_context": args.first_context,
             "tool_pause_s": args.tool_pause, "calls": args.calls, "rounds": args.rounds,
             "minutes": args.minutes, "alone_minutes": args.alone_minutes, "seed": args.seed,
+            "agents_alone_minutes": args.agents_alone_minutes.unwrap_or(args.minutes),
             "kv_budget": args.kv_budget, "chunk": args.chunk, "idle_chunk": args.idle_chunk,
             "turn_hints": true, "first_tokens": args.first_tokens,
             "calls_fill_window": !args.calls_once, "on_switches": &args.on_switches,

@@ -175,7 +175,7 @@ pub fn render_scheduler(state: &SchedulerState) -> String {
     .map(|(name, on)| (format!("{{switch=\"{name}\"}}"), u64::from(*on)))
     .collect();
     let c = &state.counters;
-    let families: [Family; 18] = [
+    let families: [Family; 19] = [
         (
             "sublet_make_room_switch",
             "gauge",
@@ -223,6 +223,15 @@ pub fn render_scheduler(state: &SchedulerState) -> String {
             "counter",
             "Prompt tokens computed.",
             plain(c.prefill_tokens),
+        ),
+        (
+            "sublet_call_tokens_total",
+            "counter",
+            "Tokens computed for calls (turns and turn hints), of the prompt and decoded tokens above.",
+            vec![
+                ("{stage=\"prompt\"}".into(), c.call_prefill_tokens),
+                ("{stage=\"decode\"}".into(), c.call_decode_tokens),
+            ],
         ),
         (
             "sublet_decode_tokens_total",

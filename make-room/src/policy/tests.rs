@@ -86,3 +86,26 @@ fn a_caller_gone_quiet_shrinks_the_steps_and_holds_no_one() {
     off.turn_coming(0);
     assert_eq!(off.schedule(0).tokens(), 64);
 }
+
+#[test]
+fn the_tokens_computed_for_calls_are_counted_apart_from_the_agents() {
+    let mut scheduler = Scheduler::new(PolicyConfig {
+        switches: Switches::default(),
+        chunk_tokens: Some(8),
+        ..PolicyConfig::default()
+    });
+    // An agent's 20-token prompt and a call's 5-token one, one step at a time.
+    scheduler.add(Request::new(1, 1, None, 20, 3), 0).unwrap();
+    scheduler.add(Request::new(2, 0, Some(7), 5, 3), 0).unwrap();
+    for at in 0..20 {
+        let plan = scheduler.schedule(at);
+        scheduler.finish_step(&plan, at + 1, &[]);
+        if scheduler.is_idle() {
+            break;
+        }
+    }
+    let c = &scheduler.counters;
+    assert_eq!((c.prefill_tokens, c.call_prefill_tokens), (25, 5), "{c:?}");
+    // The prompt's last token gives the first reply token; two more are decoded each.
+    assert_eq!((c.decode_tokens, c.call_decode_tokens), (4, 2), "{c:?}");
+}
