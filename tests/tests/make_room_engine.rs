@@ -178,6 +178,9 @@ fn with_call_retention_a_calls_turn_outlives_agents_contexts_in_the_prefix_cache
     let engine = Engine::load(&EngineConfig {
         make_room: Some(PolicyConfig {
             kv_budget_tokens: 1024,
+            // A turn keeps its rank in the cache for `retain_ms`: ten minutes, not 30 s,
+            // so that a machine slowed by the other tests in parallel does not outlast it.
+            retain_ms: 600_000,
             ..PolicyConfig::default()
         }),
         ..EngineConfig::bundled(&cache).unwrap()

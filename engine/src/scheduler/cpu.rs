@@ -6,15 +6,16 @@
 //! running sequences, and of retained call turns. A finished call turn's KV lives on in
 //! mistral.rs's prefix cache; call retention keeps budget room for it until the call's
 //! next turn (which finds it there) takes it over, or until it gives way to pressure or
-//! its time runs out. The prefix cache itself keeps at most the budget's tokens of KV,
-//! and with call retention it lets the agents' entries go before a call's.
+//! its time runs out. The prefix cache itself keeps at most the budget's tokens of KV
+//! besides the call turns make-room keeps room for, and with call retention it lets the
+//! agents' entries go before a call's.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mistralrs_core::{
-    DefaultSchedulerOutput, IntervalLogger, KVCacheManager, Response, Scheduler, SchedulerOutput,
-    Sequence, SequenceState,
+    BudgetedCaches, DefaultSchedulerOutput, IntervalLogger, KVCacheManager, Response, Scheduler,
+    SchedulerOutput, Sequence, SequenceState,
 };
 
 use super::planner::Planner;
@@ -213,6 +214,19 @@ impl Scheduler for MakeRoomScheduler {
             .switches
             .call_retention
             .then(|| Duration::from_millis(config.retain_ms))
+    }
+
+    /// With call retention, the calls' turns that keep their priority in the prefix cache
+    /// are left out of its token bound, up to the room make-room keeps for them: that room
+    /// is in the budget already, and counted in the cache's bound as well, four callers'
+    /// turns (each kept in a buffer grown to 512 tokens) took half of the agents' room
+    /// there, and the agents computed their contexts again.
+    fn prefix_cache_budgeted(&self) -> Option<BudgetedCaches> {
+        let config = self.planner.policy().config();
+        config.switches.call_retention.then_some(BudgetedCaches {
+            priority: crate::VOICE_PRIORITY,
+            max_tokens: config.retain_tokens,
+        })
     }
 
     /// Answers every held request with the fault and forgets it: the engine is rebuilt
