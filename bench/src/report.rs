@@ -446,9 +446,9 @@ fn engine_work(md: &mut String, f: &Figures) {
     }
     let _ = writeln!(
         md,
-        "\nOver the whole round (the window and the calls still in progress after it); \
-         prompt tokens count again when a preempted request computes them anew; a call's \
-         tokens include its turn hints.\n"
+        "\nOver the whole round (the window and the calls still in progress after it). \
+         Prompt tokens are those computed: a context the prefix cache no longer held counts \
+         again. A call's tokens include its turn hints.\n"
     );
 }
 
