@@ -197,6 +197,17 @@ fn with_call_retention_a_calls_turn_outlives_agents_contexts_in_the_prefix_cache
     };
     let mut cached_share = Vec::new();
     for (call, retention) in [(1u64, false), (2, true)] {
+        // New switches take effect at a request that finds the scheduler idle: the last
+        // reply's stream can end before its request leaves the scheduler, and a turn sent
+        // then ran the whole call under the switches before (a flaky failure).
+        let started = std::time::Instant::now();
+        while {
+            let state = engine.scheduler_state();
+            state.running + state.waiting > 0
+        } {
+            assert!(started.elapsed() < std::time::Duration::from_secs(10));
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
         engine.set_make_room_switches(Switches {
             call_retention: retention,
             ..Switches::all()
