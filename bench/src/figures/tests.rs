@@ -68,16 +68,21 @@ fn round(condition: &str, seed: Option<u64>, v2v: &[f64], tokens: usize) -> Roun
     }
 }
 
-#[test]
-fn rounds_pair_by_seed_and_conditions_pool() {
-    let rounds = vec![
+/// A voice-alone round and two pairs with two callers.
+fn two_pairs() -> Vec<RoundRecord> {
+    vec![
         round(VOICE_ALONE, None, &[2.0, 3.0], 0),
         round(MAKE_ROOM_OFF, Some(1), &[10.0, 20.0], 100),
         round(MAKE_ROOM_ON, Some(1), &[2.0, 4.0], 90),
         // The second pair runs on first (so a drifting machine favours neither).
         round(MAKE_ROOM_ON, Some(2), &[3.0, 3.0], 80),
         round(MAKE_ROOM_OFF, Some(2), &[8.0, 6.0], 100),
-    ];
+    ]
+}
+
+#[test]
+fn rounds_pair_by_seed_and_conditions_pool() {
+    let rounds = two_pairs();
     let figures = figures(&rounds, 10.0);
     assert_eq!(figures.slo_for(2), 3.25);
     assert_eq!(figures.slos.len(), 1);
@@ -182,14 +187,7 @@ fn an_unpaired_round_has_no_ratio() {
 fn an_agents_alone_round_is_the_agents_reference_and_no_number_of_callers() {
     let mut alone = round(AGENTS_ALONE, Some(1), &[], 200);
     alone.callers = 0;
-    let rounds = vec![
-        alone,
-        round(VOICE_ALONE, None, &[2.0, 3.0], 0),
-        round(MAKE_ROOM_OFF, Some(1), &[10.0, 20.0], 100),
-        round(MAKE_ROOM_ON, Some(1), &[2.0, 4.0], 90),
-        round(MAKE_ROOM_ON, Some(2), &[3.0, 3.0], 80),
-        round(MAKE_ROOM_OFF, Some(2), &[8.0, 6.0], 100),
-    ];
+    let rounds: Vec<RoundRecord> = std::iter::once(alone).chain(two_pairs()).collect();
     let figures = figures(&rounds, 10.0);
     assert_eq!(figures.caller_counts(), vec![2]);
     assert_eq!(figures.slos.len(), 1);
