@@ -12,7 +12,7 @@ use clap::Args;
 use sublet_agent::{AgentConfig, CallObserver, Persona, SpeechMemory, TurnRecord, VoiceAgent};
 use sublet_engine::make_room::{PolicyConfig, Switches};
 use sublet_engine::server::{router, serve, ConnectionLimits, Metrics, MoreMetrics, ServerConfig};
-use sublet_engine::{Engine, EngineConfig, AGENT_PRIORITY, VOICE_PRIORITY};
+use sublet_engine::{Engine, EngineConfig, AGENT_PRIORITY, SHARED_COMPUTE_NICE, VOICE_PRIORITY};
 use sublet_models::ModelCache;
 use sublet_turn_detect::TurnEvent;
 
@@ -77,6 +77,10 @@ impl SchedulerArgs {
                 whole_prompt_priority: Some(VOICE_PRIORITY),
                 ..PolicyConfig::default()
             }),
+            compute_nice: match shared {
+                true => SHARED_COMPUTE_NICE,
+                false => 0,
+            },
             ..EngineConfig::bundled(cache)?
         })
     }

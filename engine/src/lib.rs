@@ -7,6 +7,7 @@
 //! candle rounds the activations to 8 bits instead.
 
 mod chat;
+mod cpu_priority;
 mod device;
 mod error;
 pub mod memory;
@@ -57,7 +58,19 @@ pub struct EngineConfig {
     /// Run make-room's scheduler (its switches and the KV budget in tokens) instead of
     /// mistral.rs's default one.
     pub make_room: Option<make_room::PolicyConfig>,
+    /// The nice value of the engine's threads (its loop and the compute pool) in steps that
+    /// compute for no voice turn, so that the voice pipeline's models take the cores first
+    /// (Linux, under make-room with priority on, on the CPU's path; see `cpu_priority.rs`).
+    /// 0, the default: never lowered; [`SHARED_COMPUTE_NICE`] where calls share the engine
+    /// with agents.
+    pub compute_nice: i32,
 }
+
+/// The engine threads' nice value in steps that serve no caller, for an engine that calls
+/// share with agents (the bench, and the demos with `--api`): the kernel then gives the
+/// voice pipeline's threads about ten times the engine's share of a contended core (what it
+/// changed: `docs/benchmarking.md`, run 12).
+pub const SHARED_COMPUTE_NICE: i32 = 10;
 
 impl EngineConfig {
     /// The bundled SmolLM2-135M-Instruct, with its quantized weights.
@@ -68,6 +81,7 @@ impl EngineConfig {
             max_running: 16,
             accelerator: Accelerator::Cpu,
             make_room: None,
+            compute_nice: 0,
         })
     }
 }
@@ -465,7 +479,8 @@ async fn build_runner(
         )),
         None => Arc::new(tokio::sync::Mutex::new(
             scheduler::MakeRoomScheduler::new(policy, make_room)
-                .unequal_decodes_together(decodes_unequal_lengths_together(model)),
+                .unequal_decodes_together(decodes_unequal_lengths_together(model))
+                .compute_nice(config.compute_nice),
         )),
     };
     // mistral.rs's own prefix cache stays on, as stock: a request that shares a prefix
@@ -512,6 +527,7 @@ mod tests {
             max_running: 1,
             accelerator: Accelerator::Cpu,
             make_room: None,
+            compute_nice: 0,
         }
     }
 

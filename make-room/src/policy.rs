@@ -110,6 +110,19 @@ impl Scheduler {
         self.requests.get(&id)
     }
 
+    /// Whether the last plan's step may yield the cores to the voice pipeline: with
+    /// priority on, a step that computes for no voice turn (no request at
+    /// `whole_prompt_priority` or more urgent in it) is agents' work, and the voice
+    /// pipeline's models may run first; a step with a turn in it is a caller's wait (the
+    /// engine's CPU adapter lowers its threads' priority for the first kind only).
+    pub fn step_may_yield(&self) -> bool {
+        self.config.switches.priority
+            && self
+                .planned_priority
+                .zip(self.config.whole_prompt_priority)
+                .is_none_or(|(planned, voice)| planned > voice)
+    }
+
     pub fn is_idle(&self) -> bool {
         self.requests.is_empty()
     }

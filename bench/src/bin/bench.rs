@@ -28,7 +28,7 @@ use sublet_bench::report::{markdown, BenchReport};
 use sublet_bench::rounds::{run_round, Recording, RoundPlan};
 use sublet_bench::{agents, mooncake, plots, trace};
 use sublet_engine::make_room::{PolicyConfig, Switches};
-use sublet_engine::{Engine, EngineConfig, VOICE_PRIORITY};
+use sublet_engine::{Engine, EngineConfig, SHARED_COMPUTE_NICE, VOICE_PRIORITY};
 use sublet_models::{ModelCache, AIPERF_ENV};
 
 #[derive(Parser, Debug)]
@@ -115,6 +115,11 @@ struct Args {
     /// `--first-tokens`.
     #[arg(long)]
     release_at_first_sentence: bool,
+    /// The nice value of the engine's threads in steps that compute for no voice turn
+    /// (Linux, make-room's priority switch on): the voice pipeline's models take the cores
+    /// first (0: never lowered).
+    #[arg(long, default_value_t = SHARED_COMPUTE_NICE)]
+    engine_nice: i32,
     /// Only write the figures, `report.md` and the plots again from the records in
     /// `--out`'s `summary.json` (after a change to the figures or the report's layout).
     #[arg(long)]
@@ -188,6 +193,7 @@ fn run(args: Args) -> Result<()> {
             release_at_first_sentence: args.release_at_first_sentence,
             ..PolicyConfig::default()
         }),
+        compute_nice: args.engine_nice,
         ..EngineConfig::bundled(&cache)?
     })?);
     // Turn hints tell make-room a turn is coming, so that agent chunks shrink before it.
@@ -395,6 +401,7 @@ fn report(args: &Args, commit: Option<String>, rounds: Vec<RoundRecord>) -> Resu
             "calls_fill_window": !args.calls_once, "on_switches": &args.on_switches,
             "hint_hold_ms": args.hint_hold_ms,
             "release_at_first_sentence": args.release_at_first_sentence,
+            "engine_nice": args.engine_nice,
             "trace": args.trace.as_ref().or(args.mooncake.as_ref()).map(|p| p.display().to_string()),
             "mooncake_scale": args.mooncake.as_ref().map(|_| args.mooncake_scale),
             "agent_driver": format!("{:?}", args.agent_driver).to_lowercase(),

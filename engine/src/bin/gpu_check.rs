@@ -197,6 +197,7 @@ fn smoke(args: &Args) -> Result<()> {
             max_running: PROMPTS.len(),
             accelerator,
             make_room,
+            compute_nice: 0,
         })?;
         eprintln!(
             "gpu_check: {} loaded on {accelerator} in {:.1} s",

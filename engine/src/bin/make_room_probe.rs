@@ -45,6 +45,7 @@ fn main() -> Result<()> {
             max_running: 16,
             accelerator: Accelerator::Cpu,
             make_room: None,
+            compute_nice: 0,
         },
         None => EngineConfig::bundled(&ModelCache::from_env())?,
     };

@@ -20,10 +20,13 @@ use mistralrs_core::{
 
 use super::planner::Planner;
 use super::{request_of, stopped, MakeRoomHandle, Pass, ENGINE_FAULT};
+use crate::cpu_priority::ThreadPriority;
 use crate::make_room::PolicyConfig;
 
 pub struct MakeRoomScheduler {
     planner: Planner,
+    /// The engine's threads' priority, lowered in steps that serve no caller.
+    threads: ThreadPriority,
     waiting: Vec<Sequence>,
     running: Vec<Sequence>,
 }
@@ -33,6 +36,7 @@ impl MakeRoomScheduler {
     pub fn new(config: PolicyConfig, handle: &MakeRoomHandle) -> Self {
         Self {
             planner: Planner::new(config, handle),
+            threads: ThreadPriority::new(0),
             waiting: Vec::new(),
             running: Vec::new(),
         }
@@ -43,6 +47,13 @@ impl MakeRoomScheduler {
     /// every step's decodes are one pass.
     pub fn unequal_decodes_together(mut self, together: bool) -> Self {
         self.planner.set_unequal_decodes_together(together);
+        self
+    }
+
+    /// The nice value of the engine's threads in steps that compute for no voice turn
+    /// (default 0: never lowered; see `cpu_priority.rs`).
+    pub fn compute_nice(mut self, nice: i32) -> Self {
+        self.threads = ThreadPriority::new(nice);
         self
     }
 
@@ -90,6 +101,8 @@ impl MakeRoomScheduler {
                 self.running.push(seq);
             }
         }
+        self.threads
+            .for_step(self.planner.policy().step_may_yield());
         self.planner.queue(plan);
     }
 }

@@ -109,3 +109,39 @@ fn the_tokens_computed_for_calls_are_counted_apart_from_the_agents() {
     // The prompt's last token gives the first reply token; two more are decoded each.
     assert_eq!((c.decode_tokens, c.call_decode_tokens), (4, 2), "{c:?}");
 }
+
+#[test]
+fn with_priority_a_step_yields_the_cores_unless_a_turn_runs_in_it() {
+    let config = PolicyConfig {
+        switches: Switches::all(),
+        chunk_tokens: Some(16),
+        whole_prompt_priority: Some(0),
+        window_tokens: 2,
+        ..PolicyConfig::default()
+    };
+    let mut scheduler = Scheduler::new(config.clone());
+    let step = |scheduler: &mut Scheduler, at: u64| {
+        let plan = scheduler.schedule(at);
+        scheduler.finish_step(&plan, at + 1, &[]);
+        scheduler.step_may_yield()
+    };
+    scheduler.add(Request::new(1, 1, None, 40, 50), 0).unwrap();
+    assert!(step(&mut scheduler, 0), "an agent's step");
+    scheduler
+        .add(Request::new(2, 0, Some(7), 10, 3), 1)
+        .unwrap();
+    // The turn's prompt, then its tokens (the agent held for the window, then beside it).
+    let yielded: Vec<bool> = (1..6).map(|at| step(&mut scheduler, at)).collect();
+    assert_eq!(
+        yielded,
+        [false, false, false, true, true],
+        "the turn ends after three"
+    );
+    // Without priority, no step yields: the agents' work is the caller's equal.
+    let mut off = Scheduler::new(PolicyConfig {
+        switches: Switches::default(),
+        ..config
+    });
+    off.add(Request::new(1, 1, None, 40, 50), 0).unwrap();
+    assert!(!step(&mut off, 0));
+}
