@@ -134,6 +134,13 @@ struct Args {
     out: PathBuf,
 }
 
+impl Args {
+    /// The agents-alone round's window in minutes, its default applied (0: none).
+    fn agents_alone_minutes(&self) -> f64 {
+        self.agents_alone_minutes.unwrap_or(self.minutes)
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum Driver {
     Replayer,
@@ -327,7 +334,7 @@ fn plan(args: &Args) -> Result<Vec<RoundStep>> {
         }
     }
     let window = Duration::from_secs_f64(args.minutes * 60.0);
-    let agents_alone = args.agents_alone_minutes.unwrap_or(args.minutes);
+    let agents_alone = args.agents_alone_minutes();
     let mut steps = Vec::new();
     for &callers in &counts {
         // The lists follow --calls as given.
@@ -395,7 +402,7 @@ fn report(args: &Args, commit: Option<String>, rounds: Vec<RoundRecord>) -> Resu
             "shared_context": args.shared_context, "first_context": args.first_context,
             "tool_pause_s": args.tool_pause, "calls": args.calls, "rounds": args.rounds,
             "minutes": args.minutes, "alone_minutes": args.alone_minutes, "seed": args.seed,
-            "agents_alone_minutes": args.agents_alone_minutes.unwrap_or(args.minutes),
+            "agents_alone_minutes": args.agents_alone_minutes(),
             "kv_budget": args.kv_budget, "chunk": args.chunk, "idle_chunk": args.idle_chunk,
             "turn_hints": true, "first_tokens": args.first_tokens,
             "calls_fill_window": !args.calls_once, "on_switches": &args.on_switches,
