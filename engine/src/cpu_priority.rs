@@ -7,9 +7,7 @@
 //! and speech share the cores with those steps. So a step that computes for no voice turn
 //! runs its threads at a higher nice value, and the pipeline's threads run first; a step
 //! that computes a turn runs at the process's own, since there the engine is the caller's
-//! wait. A lowered engine for every step was measured too: the turns' own engine steps
-//! then waited behind other calls' pipelines (bench, 4 callers: first token p95 0.34 →
-//! 0.47 s).
+//! wait (lowering every step was measured too: `docs/benchmarking.md`, run 12).
 //!
 //! Linux keeps a nice value per thread. The engine's threads here are its loop (where
 //! the scheduler runs) and the compute pool (rayon's global pool, where candle's products
@@ -59,10 +57,7 @@ impl ThreadPriority {
         if let State::Unseen = self.state {
             self.state = self.start();
         }
-        let State::Switching {
-            threads, own, now, ..
-        } = &mut self.state
-        else {
+        let State::Switching { threads, own, now } = &mut self.state else {
             return;
         };
         let wanted = if yield_cores { self.lowered } else { *own };
@@ -80,7 +75,7 @@ impl ThreadPriority {
     }
 
     fn start(&self) -> State {
-        let own = thread_nice(0);
+        let own = thread_nice();
         if self.lowered <= own {
             return State::Off;
         }
@@ -125,15 +120,15 @@ fn this_thread() -> Tid {
     0
 }
 
-/// Thread `tid`'s nice value (0 for the calling thread; 0 off Linux).
-fn thread_nice(tid: Tid) -> i32 {
+/// The calling thread's nice value (0 off Linux).
+fn thread_nice() -> i32 {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
         // SAFETY: getpriority only reads; -1 is a value as well as the error return, so
         // errno is cleared first and read after.
         unsafe {
             *libc::__errno_location() = 0;
-            let nice = libc::getpriority(libc::PRIO_PROCESS, tid as libc::id_t);
+            let nice = libc::getpriority(libc::PRIO_PROCESS, this_thread() as libc::id_t);
             match *libc::__errno_location() {
                 0 => nice,
                 _ => 0,
@@ -141,10 +136,7 @@ fn thread_nice(tid: Tid) -> i32 {
         }
     }
     #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-    {
-        let _ = tid;
-        0
-    }
+    0
 }
 
 fn set_nice(tid: Tid, nice: i32) -> io::Result<()> {
@@ -167,7 +159,7 @@ mod tests {
     use super::*;
 
     fn pool_nice() -> Vec<i32> {
-        rayon::broadcast(|_| thread_nice(0))
+        rayon::broadcast(|_| thread_nice())
     }
 
     /// Steps that serve no caller lower the loop and the pool; a caller's step restores
@@ -175,29 +167,29 @@ mod tests {
     #[test]
     fn the_engines_threads_yield_in_agents_steps_and_not_in_a_callers() {
         std::thread::spawn(|| {
-            let own = thread_nice(0);
+            let own = thread_nice();
             let mut priority = ThreadPriority::new(own + 4);
             if way_back(own, own + 4).is_err() {
                 // Without the way back, the engine's threads are never lowered.
                 priority.for_step(true);
-                assert_eq!(thread_nice(0), own);
+                assert_eq!(thread_nice(), own);
                 assert!(pool_nice().iter().all(|n| *n == own), "{:?}", pool_nice());
                 return;
             }
             priority.for_step(true);
-            assert_eq!(thread_nice(0), own + 4);
+            assert_eq!(thread_nice(), own + 4);
             assert!(
                 pool_nice().iter().all(|n| *n == own + 4),
                 "{:?}",
                 pool_nice()
             );
             priority.for_step(false);
-            assert_eq!(thread_nice(0), own);
+            assert_eq!(thread_nice(), own);
             assert!(pool_nice().iter().all(|n| *n == own), "{:?}", pool_nice());
             // With no lowered value nothing moves.
             let mut off = ThreadPriority::new(0);
             off.for_step(true);
-            assert_eq!(thread_nice(0), own);
+            assert_eq!(thread_nice(), own);
         })
         .join()
         .unwrap();
