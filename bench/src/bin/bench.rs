@@ -34,8 +34,10 @@ use sublet_models::{ModelCache, AIPERF_ENV};
 #[derive(Parser, Debug)]
 #[command(name = "bench")]
 struct Args {
-    /// Coding-agent sessions beside the calls (generated, unless --trace).
-    #[arg(long, default_value_t = 5)]
+    /// Coding-agent sessions beside the calls (generated, unless --trace): enough that
+    /// their contexts keep the KV budget full most of the time and a caller's turn must
+    /// take room from them (five left a gap a turn fitted in at most arrivals).
+    #[arg(long, default_value_t = 7)]
     agents: usize,
     /// Each generated session's calls, as one task (a session then starts over).
     #[arg(long, default_value_t = 5)]
