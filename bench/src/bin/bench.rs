@@ -114,8 +114,9 @@ struct Args {
     #[arg(long, default_value_t = PolicyConfig::default().hint_hold_ms)]
     hint_hold_ms: u64,
     /// End a turn's hold when the agent has the reply's first sentence, not only after
-    /// `--first-tokens`.
-    #[arg(long)]
+    /// `--first-tokens` (`false`: hold through `--first-tokens`).
+    #[arg(long, default_value_t = PolicyConfig::default().release_at_first_sentence,
+          action = clap::ArgAction::Set)]
     release_at_first_sentence: bool,
     /// The nice value of the engine's threads in steps that compute for no voice turn
     /// (Linux, make-room's priority switch on): the voice pipeline's models take the cores
