@@ -92,9 +92,12 @@ impl Scheduler {
             return;
         }
         let window = self.config.window_tokens;
+        // Only a hold that exists is released (the off baseline holds nothing).
+        let switches = &self.config.switches;
+        let holds = switches.decode_hold || switches.budget_cap;
         for r in self.requests.values_mut() {
             if r.call == Some(call) && !r.first_sentence_out {
-                if r.in_window(window) {
+                if holds && r.in_window(window) {
                     self.counters.first_sentence_releases += 1;
                 }
                 r.first_sentence_out = true;

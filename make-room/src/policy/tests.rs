@@ -13,6 +13,10 @@ fn a_turns_hold_ends_at_its_first_sentence() {
         release_at_first_sentence: false,
         ..config.clone()
     });
+    let mut off = Scheduler::new(PolicyConfig {
+        switches: Switches::default(),
+        ..config.clone()
+    });
     let mut scheduler = Scheduler::new(config);
     let step = |scheduler: &mut Scheduler, at: u64| {
         let plan = scheduler.schedule(at);
@@ -45,6 +49,11 @@ fn a_turns_hold_ends_at_its_first_sentence() {
     without.first_sentence_out(7);
     assert_eq!(step(&mut without, 1).held, vec![1]);
     assert_eq!(without.counters.first_sentence_releases, 0);
+    // With nothing held (make-room's switches off) there is nothing to release.
+    off.add(Request::new(2, 0, Some(7), 30, 48), 0).unwrap();
+    step(&mut off, 0);
+    off.first_sentence_out(7);
+    assert_eq!(off.counters.first_sentence_releases, 0);
     // The call's next turn holds the agent again.
     scheduler
         .add(Request::new(3, 0, Some(7), 30, 48), 0)
