@@ -1,6 +1,7 @@
 //! The quantized weights' matrix products (candle patch 2): f32 activations times
 //! Q4_0/Q4_1/Q8_0 weights give the dequantized-f32 product, for one row (a decode step),
-//! a few rows (a pass of a few sequences) and many (a prompt). Stock candle rounds the
+//! a few rows (a pass of a few sequences), a prompt chunk's (tiles, up to 256 rows) and
+//! more (a long prompt, dequantized). Stock candle rounds the
 //! activations to 8 bits, which misses these bounds by orders of magnitude.
 
 use candle_core::quantized::{GgmlDType, QTensor};
@@ -28,7 +29,7 @@ fn quantized_products_equal_the_dequantized_f32_products() -> candle_core::Resul
     for dtype in [GgmlDType::Q4_0, GgmlDType::Q4_1, GgmlDType::Q8_0] {
         let quantized = QTensor::quantize(&weights, dtype)?;
         let dequantized = quantized.dequantize(&Device::Cpu)?;
-        for m in [1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 16, 17, 40] {
+        for m in [1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 16, 17, 40, 256, 257] {
             let xs = Tensor::from_vec(values(m * k, m as u64 + 7), (1, m, k), &Device::Cpu)?;
             let got = xs.apply_op1_no_bwd(&quantized)?;
             let want = xs.broadcast_matmul(&dequantized.t()?)?;
@@ -49,9 +50,10 @@ fn quantized_products_equal_the_dequantized_f32_products() -> candle_core::Resul
     Ok(())
 }
 
-/// Every few-row tile (AVX-512's and AVX2's alike) sums a product in the same order, so a
+/// Every tile (AVX-512's and AVX2's alike) sums a product in the same order, so a
 /// sequence's logits do not depend on how many others share its decode pass (what lets a
-/// batched greedy decode match the sequence decoded alone).
+/// batched greedy decode match the sequence decoded alone), nor a prompt's on how it was
+/// cut into chunks of up to 256 tokens.
 #[test]
 fn a_rows_product_does_not_depend_on_the_rows_beside_it() -> candle_core::Result<()> {
     if !is_x86_feature_detected!("avx2") {
@@ -62,8 +64,8 @@ fn a_rows_product_does_not_depend_on_the_rows_beside_it() -> candle_core::Result
     let weights = Tensor::from_vec(values(n * k, 3), (n, k), &Device::Cpu)?;
     for dtype in [GgmlDType::Q4_0, GgmlDType::Q4_1, GgmlDType::Q8_0] {
         let quantized = QTensor::quantize(&weights, dtype)?;
-        let all = Tensor::from_vec(values(16 * k, 11), (1, 16, k), &Device::Cpu)?;
-        let alone: Vec<Vec<f32>> = (0..16)
+        let all = Tensor::from_vec(values(40 * k, 11), (1, 40, k), &Device::Cpu)?;
+        let alone: Vec<Vec<f32>> = (0..40)
             .map(|r| {
                 let row = all.narrow(1, r, 1)?.contiguous()?;
                 row.apply_op1_no_bwd(&quantized)?
@@ -71,7 +73,7 @@ fn a_rows_product_does_not_depend_on_the_rows_beside_it() -> candle_core::Result
                     .to_vec1::<f32>()
             })
             .collect::<candle_core::Result<_>>()?;
-        for m in 2..=16 {
+        for m in (2..=17).chain([24, 40]) {
             let rows = all.narrow(1, 0, m)?.contiguous()?;
             let together = rows
                 .apply_op1_no_bwd(&quantized)?
