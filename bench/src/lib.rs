@@ -8,6 +8,7 @@
 //!   records only (pure);
 //! - [`figures`]: every figure of a report, from its rounds' records only (pure);
 //! - [`report`]: the run as `summary.json` and `report.md`; [`plots`]: its SVG plots;
+//! - [`schedule`]: the order of a run's rounds (pure);
 //! - [`agents`]: the replayer that drives the API as coding agents do; [`aiperf`]: AIPerf
 //!   driving it instead, its records read back as the round's agent calls;
 //! - [`engine_speed`]: the engine's own speed (`engine-bench`), beside llama.cpp's;
@@ -28,6 +29,7 @@ pub mod plots;
 pub mod report;
 pub mod room_calls;
 pub mod rounds;
+pub mod schedule;
 pub mod soak;
 pub mod stats;
 pub mod test_callers;

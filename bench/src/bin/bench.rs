@@ -6,10 +6,11 @@
 //!       [--seed S] [--trace FILE] [--out DIR]
 //! ```
 //!
-//! For each number of callers in `--calls`, fewest first: a voice-alone round (its SLO),
-//! then that count's pairs of rounds, make-room off and on with the same seed. Before the
-//! first pair, an agents-alone round (the first pair's sessions, no callers) measures what
-//! the agents get of the engine when no call takes a share.
+//! For each number of callers in `--calls`, fewest first: that count's pairs of rounds,
+//! make-room off and on with the same seed, each after a voice-alone round (together, the
+//! SLO's turns). Before the first pair, an agents-alone round (the first pair's sessions,
+//! no callers) measures what the agents get of the engine when no call takes a share. The
+//! order is `sublet_bench::schedule`'s.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -21,11 +22,10 @@ use clap::Parser;
 use serde_json::json;
 use sublet_agent::{AgentConfig, VoiceAgent};
 use sublet_bench::aiperf::AiPerf;
-use sublet_bench::figures::{
-    figures, RoundRecord, AGENTS_ALONE, MAKE_ROOM_OFF, MAKE_ROOM_ON, VOICE_ALONE,
-};
+use sublet_bench::figures::{figures, RoundRecord, MAKE_ROOM_ON};
 use sublet_bench::report::{markdown, BenchReport};
 use sublet_bench::rounds::{run_round, Recording, RoundPlan};
+use sublet_bench::schedule::{self, CallerCount, RoundStep, RunShape};
 use sublet_bench::{agents, mooncake, plots, trace};
 use sublet_engine::make_room::{PolicyConfig, Switches};
 use sublet_engine::{Engine, EngineConfig, SHARED_COMPUTE_NICE, VOICE_PRIORITY};
@@ -62,8 +62,9 @@ struct Args {
     /// with the same seed; every second pair runs on first); one value serves every count.
     #[arg(long, value_delimiter = ',', default_value = "2,1")]
     rounds: Vec<usize>,
-    /// The voice-alone round's window for each number of callers, in minutes: long enough
-    /// for 20 turns (a caller takes about 8 turns in 70 s); one value serves every count.
+    /// The voice-alone time for each number of callers, in minutes, split into one round
+    /// before each of its pairs: long enough for 20 turns (a caller takes about 8 turns in
+    /// 70 s); one value serves every count.
     #[arg(long, value_delimiter = ',', default_value = "2,1")]
     alone_minutes: Vec<f64>,
     /// How long each round's agents and callers keep starting calls, in minutes: the
@@ -311,22 +312,11 @@ fn run(args: Args) -> Result<()> {
     report(&args, commit, rounds)
 }
 
-/// One round of the run.
-#[derive(Clone, Copy)]
-struct RoundStep {
-    condition: &'static str,
-    seed: Option<u64>,
-    callers: usize,
-    window: Duration,
-}
-
-/// The rounds `args` ask for: for each number of callers, fewest first, a voice-alone round
-/// and then its pairs, off and on with one seed (every second pair on first, so that a
-/// machine slowing down or speeding up through the run favours neither condition).
+/// The rounds `args` ask for (see [`schedule::rounds`]).
 fn plan(args: &Args) -> Result<Vec<RoundStep>> {
-    let mut counts = args.calls.clone();
-    counts.sort_unstable();
-    if counts.is_empty() || counts.contains(&0) || counts.windows(2).any(|w| w[0] == w[1]) {
+    let mut sorted = args.calls.clone();
+    sorted.sort_unstable();
+    if sorted.is_empty() || sorted.contains(&0) || sorted.windows(2).any(|w| w[0] == w[1]) {
         bail!("--calls wants distinct numbers of callers, each at least 1");
     }
     fn for_count<T: Copy>(list: &[T], calls: usize, what: &str, i: usize) -> Result<T> {
@@ -336,45 +326,23 @@ fn plan(args: &Args) -> Result<Vec<RoundStep>> {
             _ => bail!("--{what} wants one value, or one for each of --calls"),
         }
     }
-    let window = Duration::from_secs_f64(args.minutes * 60.0);
-    let agents_alone = args.agents_alone_minutes();
-    let mut steps = Vec::new();
-    for &callers in &counts {
-        // The lists follow --calls as given.
-        let i = args.calls.iter().position(|c| *c == callers).unwrap_or(0);
-        let alone = for_count(&args.alone_minutes, args.calls.len(), "alone-minutes", i)?;
-        steps.push(RoundStep {
-            condition: VOICE_ALONE,
-            seed: None,
-            callers,
-            window: Duration::from_secs_f64(alone * 60.0),
-        });
-        let pairs = for_count(&args.rounds, args.calls.len(), "rounds", i)?;
-        if agents_alone > 0.0 && pairs > 0 && !steps.iter().any(|s| s.callers == 0) {
-            steps.push(RoundStep {
-                condition: AGENTS_ALONE,
-                seed: Some(args.seed),
-                callers: 0,
-                window: Duration::from_secs_f64(agents_alone * 60.0),
-            });
-        }
-        for r in 0..pairs {
-            let seed = Some(args.seed + r as u64);
-            let [first, second] = match r % 2 {
-                0 => [MAKE_ROOM_OFF, MAKE_ROOM_ON],
-                _ => [MAKE_ROOM_ON, MAKE_ROOM_OFF],
-            };
-            for condition in [first, second] {
-                steps.push(RoundStep {
-                    condition,
-                    seed,
-                    callers,
-                    window,
-                });
-            }
-        }
-    }
-    Ok(steps)
+    // The lists follow --calls as given.
+    let counts = (args.calls.iter().enumerate())
+        .map(|(i, &callers)| {
+            let n = args.calls.len();
+            Ok(CallerCount {
+                callers,
+                pairs: for_count(&args.rounds, n, "rounds", i)?,
+                alone_minutes: for_count(&args.alone_minutes, n, "alone-minutes", i)?,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(schedule::rounds(&RunShape {
+        counts,
+        minutes: args.minutes,
+        agents_alone_minutes: args.agents_alone_minutes(),
+        seed: args.seed,
+    }))
 }
 
 /// Waits for the engine to finish what the last round left running.
