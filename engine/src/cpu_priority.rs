@@ -4,10 +4,12 @@
 //! Whisper, Piper) share the same cores. make-room orders the work inside the engine, but
 //! the kernel decides between the engine's threads and the pipeline's: beside agents the
 //! engine is busy with their steps whenever no turn is in it, and a caller's transcript
-//! and speech share the cores with those steps. So a step that computes for no voice turn
-//! runs its threads at a higher nice value, and the pipeline's threads run first; a step
-//! that computes a turn runs at the process's own, since there the engine is the caller's
-//! wait (lowering every step was measured too: `docs/benchmarking.md`, run 12).
+//! and speech share the cores with those steps. So a step no caller waits on (one that
+//! computes for no voice turn, or only for turns past their first sentence) runs its
+//! threads at a higher nice value, and the pipeline's threads run first; a step that
+//! computes a turn's prompt or first sentence runs at the process's own, since there the
+//! engine is the caller's wait (lowering every step was measured too:
+//! `docs/benchmarking.md`, run 12).
 //!
 //! Linux keeps a nice value per thread. The engine's threads here are its loop (where
 //! the scheduler runs) and the compute pool (rayon's global pool, where candle's products
@@ -16,62 +18,119 @@
 //! first, and where the way back is refused the engine's threads stay as they are.
 
 use std::io;
+use std::sync::{Arc, Mutex};
 
 /// The engine's threads' priority, step by step.
 pub(crate) struct ThreadPriority {
     /// The nice value of steps that serve no voice turn.
     lowered: i32,
     state: State,
+    shared: SharedPriority,
 }
 
 enum State {
     /// Not yet on the engine's loop.
     Unseen,
-    /// The threads to set, the process's own value and the one they have now.
-    Switching {
-        threads: Vec<Tid>,
-        own: i32,
-        now: i32,
-    },
+    /// Switching, the threads kept in `shared`.
+    On,
     /// Nothing to do: no lowered value asked for, or no way back from one.
     Off,
+}
+
+/// The engine's threads as any thread can reach them: a caller's request arriving raises
+/// them at once ([`SharedPriority::raise`]), since the pass in flight, which it waits for,
+/// may have been lowered, and on cores the voice pipeline keeps busy a lowered pass takes
+/// many times its length.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SharedPriority(Arc<Mutex<Shared>>);
+
+#[derive(Debug, Default)]
+struct Shared {
+    switching: Option<Switching>,
+    /// Raised since the last step was set: the next step keeps the process's value (its
+    /// plan may have been made before the request arrived).
+    raised: bool,
+}
+
+/// The threads to set, the process's own value and the one they have now.
+#[derive(Debug)]
+struct Switching {
+    threads: Vec<Tid>,
+    own: i32,
+    now: i32,
+}
+
+impl Switching {
+    /// Sets every thread to `nice`; false (and a warning) when the kernel refuses.
+    fn set(&mut self, nice: i32) -> bool {
+        if nice == self.now {
+            return true;
+        }
+        for &tid in &self.threads {
+            if let Err(err) = set_nice(tid, nice) {
+                tracing::warn!("the engine's threads stay at nice {}: {err}", self.now);
+                return false;
+            }
+        }
+        self.now = nice;
+        true
+    }
+}
+
+impl SharedPriority {
+    /// A caller's request arrived: the engine's threads go back to the process's value now,
+    /// and stay there for the next step.
+    pub(crate) fn raise(&self) {
+        let mut shared = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        shared.raised = true;
+        if let Some(switching) = &mut shared.switching {
+            let own = switching.own;
+            if !switching.set(own) {
+                shared.switching = None;
+            }
+        }
+    }
 }
 
 type Tid = i32;
 
 impl ThreadPriority {
-    /// Steps that serve no voice turn run at nice value `lowered` (0: never lowered).
-    pub(crate) fn new(lowered: i32) -> Self {
+    /// Steps that serve no voice turn run at nice value `lowered` (0: never lowered);
+    /// `shared` is how other threads raise them.
+    pub(crate) fn new(lowered: i32, shared: SharedPriority) -> Self {
         Self {
             lowered,
             state: match lowered {
                 0 => State::Off,
                 _ => State::Unseen,
             },
+            shared,
         }
     }
 
-    /// Sets the threads for the next step, lowered if it may `yield_cores`; called on the
-    /// engine's loop.
+    /// Sets the threads for the next step, lowered if it may `yield_cores` and no caller's
+    /// request arrived since the last step; called on the engine's loop.
     pub(crate) fn for_step(&mut self, yield_cores: bool) {
         if let State::Unseen = self.state {
             self.state = self.start();
         }
-        let State::Switching { threads, own, now } = &mut self.state else {
+        if let State::Off = self.state {
+            return;
+        }
+        let mut shared = self.shared.0.lock().unwrap_or_else(|e| e.into_inner());
+        let raised = std::mem::take(&mut shared.raised);
+        let Some(switching) = &mut shared.switching else {
+            self.state = State::Off;
             return;
         };
-        let wanted = if yield_cores { self.lowered } else { *own };
-        if wanted == *now {
-            return;
+        let wanted = match yield_cores && !raised {
+            true => self.lowered,
+            false => switching.own,
+        };
+        if !switching.set(wanted) {
+            shared.switching = None;
+            self.state = State::Off;
         }
-        for &tid in threads.iter() {
-            if let Err(err) = set_nice(tid, wanted) {
-                tracing::warn!("the engine's threads stay at nice {now}: {err}");
-                self.state = State::Off;
-                return;
-            }
-        }
-        *now = wanted;
     }
 
     fn start(&self) -> State {
@@ -89,11 +148,13 @@ impl ThreadPriority {
         }
         let mut threads = vec![this_thread()];
         threads.extend(rayon::broadcast(|_| this_thread()));
-        State::Switching {
+        let mut shared = self.shared.0.lock().unwrap_or_else(|e| e.into_inner());
+        shared.switching = Some(Switching {
             threads,
             own,
             now: own,
-        }
+        });
+        State::On
     }
 }
 
@@ -162,13 +223,15 @@ mod tests {
         rayon::broadcast(|_| thread_nice())
     }
 
-    /// Steps that serve no caller lower the loop and the pool; a caller's step restores
-    /// them, where the process may lower a nice value again.
+    /// Steps that serve no caller lower the loop and the pool; a caller's step, or a
+    /// caller's request arriving, restores them, where the process may lower a nice value
+    /// again.
     #[test]
     fn the_engines_threads_yield_in_agents_steps_and_not_in_a_callers() {
         std::thread::spawn(|| {
             let own = thread_nice();
-            let mut priority = ThreadPriority::new(own + 4);
+            let shared = SharedPriority::default();
+            let mut priority = ThreadPriority::new(own + 4, shared.clone());
             if way_back(own, own + 4).is_err() {
                 // Without the way back, the engine's threads are never lowered.
                 priority.for_step(true);
@@ -186,8 +249,20 @@ mod tests {
             priority.for_step(false);
             assert_eq!(thread_nice(), own);
             assert!(pool_nice().iter().all(|n| *n == own), "{:?}", pool_nice());
+            // A caller's request raises a lowered step's threads from another thread, and
+            // the step planned next keeps them raised; the one after yields again.
+            priority.for_step(true);
+            let raiser = shared.clone();
+            std::thread::spawn(move || raiser.raise()).join().unwrap();
+            assert_eq!(thread_nice(), own);
+            assert!(pool_nice().iter().all(|n| *n == own), "{:?}", pool_nice());
+            priority.for_step(true);
+            assert_eq!(thread_nice(), own, "the step after the request's arrival");
+            priority.for_step(true);
+            assert_eq!(thread_nice(), own + 4);
+            priority.for_step(false);
             // With no lowered value nothing moves.
-            let mut off = ThreadPriority::new(0);
+            let mut off = ThreadPriority::new(0, SharedPriority::default());
             off.for_step(true);
             assert_eq!(thread_nice(), own);
         })

@@ -283,8 +283,12 @@ impl Engine {
     /// [`Engine::chat`] for async callers (the HTTP server).
     pub async fn chat_async(&self, request: ChatRequest) -> Result<ReplyStream, EngineError> {
         let stop = request.stop.clone();
+        let callers = request.priority <= VOICE_PRIORITY;
         let (normal, rx) = self.normal_request(request);
         self.send(Request::Normal(Box::new(normal))).await?;
+        if let (true, Some(handle)) = (callers, &self.make_room) {
+            handle.turn_arrived();
+        }
         Ok(ReplyStream::spawn(
             self.runtime.handle(),
             rx,

@@ -110,6 +110,8 @@ pub struct MakeRoomHandle {
     turn_coming: Flag,
     /// A test's fault: the engine thread panics when it next plans a step.
     panic_at_next_plan: Flag,
+    /// The engine's threads, raised when a caller's request arrives (CPU path).
+    engine_threads: crate::cpu_priority::SharedPriority,
 }
 
 /// A signal from any thread to the engine's next plan: raised, then taken once.
@@ -146,6 +148,12 @@ impl MakeRoomHandle {
     /// A caller went quiet: the next steps are small (`make_room::Scheduler::turn_coming`).
     pub fn turn_coming(&self) {
         self.turn_coming.raise();
+    }
+
+    /// A caller's request (a turn or its hint) arrived: the engine's threads go back to
+    /// the process's priority now, so the pass in flight it waits for is not a lowered one.
+    pub fn turn_arrived(&self) {
+        self.engine_threads.raise();
     }
 
     fn take_turn_coming(&self) -> bool {
