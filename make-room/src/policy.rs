@@ -32,9 +32,6 @@ pub struct Scheduler {
     pub(crate) retained: Vec<Retained>,
     /// The most urgent priority the last plan computes for (see [`crate::Admitted`]).
     pub(crate) planned_priority: Option<i32>,
-    /// The last plan computes for a voice turn that has not reached its first sentence:
-    /// the caller is waiting on this step (see [`Scheduler::step_may_yield`]).
-    planned_turn_wait: bool,
     pub counters: Counters,
 }
 
@@ -48,7 +45,6 @@ impl Scheduler {
             coming_until_ms: 0,
             retained: Vec::new(),
             planned_priority: None,
-            planned_turn_wait: false,
             counters: Counters::default(),
         }
     }
@@ -118,14 +114,16 @@ impl Scheduler {
     }
 
     /// Whether the last plan's step may yield the cores to the voice pipeline: with
-    /// priority on, only a step that computes a voice turn (a request at
-    /// `whole_prompt_priority` or more urgent) up to its first sentence (or through its
-    /// window) is the caller's wait. Every other step may let the voice pipeline's models
-    /// run first, a turn's later tokens among them: once its first sentence is out, the
-    /// caller waits on Piper speaking it, not on the rest of the reply (the engine's CPU
-    /// adapter lowers its threads' priority in such steps).
+    /// priority on, a step that computes for no voice turn (no request at
+    /// `whole_prompt_priority` or more urgent in it) is agents' work, and the voice
+    /// pipeline's models may run first; a step with a turn in it is a caller's wait (the
+    /// engine's CPU adapter lowers its threads' priority for the first kind only).
     pub fn step_may_yield(&self) -> bool {
-        self.config.switches.priority && !self.planned_turn_wait
+        self.config.switches.priority
+            && self
+                .planned_priority
+                .zip(self.config.whole_prompt_priority)
+                .is_none_or(|(planned, voice)| planned > voice)
     }
 
     pub fn is_idle(&self) -> bool {
@@ -413,14 +411,13 @@ impl Scheduler {
             .count();
         self.counters.hold_releases += releases as u64;
         self.counters.held_request_steps += plan.held.len() as u64;
-        let planned = || {
-            plan.decode
-                .iter()
-                .chain(plan.prefill.iter().map(|(id, _)| id))
-                .filter_map(|id| self.requests.get(id))
-        };
-        self.planned_priority = planned().map(|r| r.priority).min();
-        self.planned_turn_wait = planned().any(|r| self.runs_whole(r) && r.in_window(window));
+        self.planned_priority = plan
+            .decode
+            .iter()
+            .chain(plan.prefill.iter().map(|(id, _)| id))
+            .filter_map(|id| self.requests.get(id))
+            .map(|r| r.priority)
+            .min();
         plan
     }
 

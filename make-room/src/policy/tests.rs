@@ -120,7 +120,7 @@ fn the_tokens_computed_for_calls_are_counted_apart_from_the_agents() {
 }
 
 #[test]
-fn with_priority_a_step_yields_the_cores_unless_a_turn_waits_on_it() {
+fn with_priority_a_step_yields_the_cores_unless_a_turn_runs_in_it() {
     let config = PolicyConfig {
         switches: Switches::all(),
         chunk_tokens: Some(16),
@@ -128,30 +128,24 @@ fn with_priority_a_step_yields_the_cores_unless_a_turn_waits_on_it() {
         window_tokens: 2,
         ..PolicyConfig::default()
     };
+    let mut scheduler = Scheduler::new(config.clone());
     let step = |scheduler: &mut Scheduler, at: u64| {
         let plan = scheduler.schedule(at);
         scheduler.finish_step(&plan, at + 1, &[]);
         scheduler.step_may_yield()
     };
-    let with_a_turn = |config: &PolicyConfig| {
-        let mut scheduler = Scheduler::new(config.clone());
-        scheduler.add(Request::new(1, 1, None, 40, 50), 0).unwrap();
-        assert!(step(&mut scheduler, 0), "an agent's step");
-        scheduler
-            .add(Request::new(2, 0, Some(7), 10, 5), 1)
-            .unwrap();
-        scheduler
-    };
-    // The turn's prompt and its first two tokens are the caller's wait; its later tokens
-    // (the window is over) and the agent's after it may yield.
-    let mut scheduler = with_a_turn(&config);
-    let yielded: Vec<bool> = (1..8).map(|at| step(&mut scheduler, at)).collect();
-    assert_eq!(yielded, [false, false, true, true, true, true, true]);
-    // The first sentence out ends the wait before the window does.
-    let mut scheduler = with_a_turn(&config);
-    assert!(!step(&mut scheduler, 1), "the turn's prompt");
-    scheduler.first_sentence_out(7);
-    assert!(step(&mut scheduler, 2), "after its first sentence");
+    scheduler.add(Request::new(1, 1, None, 40, 50), 0).unwrap();
+    assert!(step(&mut scheduler, 0), "an agent's step");
+    scheduler
+        .add(Request::new(2, 0, Some(7), 10, 3), 1)
+        .unwrap();
+    // The turn's prompt, then its tokens (the agent held for the window, then beside it).
+    let yielded: Vec<bool> = (1..6).map(|at| step(&mut scheduler, at)).collect();
+    assert_eq!(
+        yielded,
+        [false, false, false, true, true],
+        "the turn ends after three"
+    );
     // Without priority, no step yields: the agents' work is the caller's equal.
     let mut off = Scheduler::new(PolicyConfig {
         switches: Switches::default(),
