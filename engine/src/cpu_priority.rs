@@ -4,12 +4,11 @@
 //! Whisper, Piper) share the same cores. make-room orders the work inside the engine, but
 //! the kernel decides between the engine's threads and the pipeline's: beside agents the
 //! engine is busy with their steps whenever no turn is in it, and a caller's transcript
-//! and speech share the cores with those steps. So a step no caller waits on (one that
-//! computes for no voice turn, or only for turns past their first sentence) runs its
-//! threads at a higher nice value, and the pipeline's threads run first; a step that
-//! computes a turn's prompt or first sentence runs at the process's own, since there the
-//! engine is the caller's wait (lowering every step was measured too:
-//! `docs/benchmarking.md`, run 12).
+//! and speech share the cores with those steps. So a step that computes for no voice turn
+//! runs its threads at a higher nice value, and the pipeline's threads run first; a step
+//! that computes a turn runs at the process's own, since there the engine is the caller's
+//! wait (lowering every step was measured too: `docs/benchmarking.md`, run 12; lowering a
+//! turn's steps after its first sentence too, runs 19–20).
 //!
 //! Linux keeps a nice value per thread. The engine's threads here are its loop (where
 //! the scheduler runs) and the compute pool (rayon's global pool, where candle's products
