@@ -29,6 +29,11 @@ const RETRY_AUDIO_CTX_MARGIN: i32 = 256;
 const FULL_AUDIO_CTX: i32 = 1500;
 /// Tokens a second of speech can need, generously (six words a second, some split).
 const MAX_TOKENS_PER_S: f64 = 10.0;
+/// Audio this long or longer is decoded with timestamps, segment by segment. Without them
+/// audio that fills Whisper's window (a turn at the 30 s cap, with its padding) came out as
+/// its last sentence alone, with both the f16 and the Q8_0 weights; at 8-29 s it came out
+/// whole either way. With timestamps it came out whole, in about twice the time.
+const LONG_FORM_S: f64 = 28.0;
 
 /// A loaded Whisper model, shared: every [`Transcriber`] made from it decodes with a state
 /// of its own over the same weights, so calls do not each load the model.
@@ -140,18 +145,22 @@ impl Transcriber {
         params.set_language(Some("en"));
         params.set_translate(false);
         params.set_no_context(true);
-        params.set_single_segment(true);
+        let long_form = seconds >= LONG_FORM_S;
+        params.set_single_segment(!long_form);
         params.set_print_progress(false);
         params.set_print_realtime(false);
         params.set_print_special(false);
         params.set_print_timestamps(false);
         params.set_suppress_blank(true);
-        params.set_no_timestamps(true);
+        params.set_no_timestamps(!long_form);
         params.set_audio_ctx(audio_ctx);
         // No one says more than about six words a second: a decoder loop stops there
         // instead of running to the window's 224 tokens, and no temperature fallback
-        // decodes it again and again (a loop is handled above, once).
-        params.set_max_tokens((seconds * MAX_TOKENS_PER_S).ceil() as i32 + 16);
+        // decodes it again and again (a loop is handled above, once). Long-form segments
+        // are bounded by their timestamps.
+        if !long_form {
+            params.set_max_tokens((seconds * MAX_TOKENS_PER_S).ceil() as i32 + 16);
+        }
         params.set_temperature_inc(0.0);
         self.state
             .full(params, audio)
@@ -159,6 +168,7 @@ impl Transcriber {
         let mut text = String::new();
         for segment in self.state.as_iter() {
             text.push_str(&segment.to_str_lossy()?);
+            text.push(' ');
         }
         Ok(clean(&text))
     }
