@@ -3,8 +3,12 @@
 //! No package ships a ggml Whisper, but one ships the CTranslate2 conversion. The layout
 //! written here is the one whisper.cpp's loader reads (see its `convert-pt-to-ggml.py`):
 //! magic, eleven i32 hyper-parameters, the mel filterbank, the byte-level vocabulary, then
-//! each tensor as (n_dims, name length, type, dims innermost first, name, data). Weights
-//! stay f16; biases, norms and positional embeddings become f32. CTranslate2 fuses the
+//! each tensor as (n_dims, name length, type, dims innermost first, name, data). The
+//! matrices (attention, MLP, token embedding) are written as ggml's Q8_0, the convolutions
+//! stay f16, and biases, norms and positional embeddings become f32. On one thread the
+//! encoder is most of a turn's transcription; with Q8_0 the test calls' utterances took
+//! 0.71-0.93 times as long as with f16 weights, in the same words but for one full stop that became a comma
+//! (`sublet-stt`'s `time_utterances` example, runs of each alternated). CTranslate2 fuses the
 //! self-attention q/k/v (and the cross-attention k/v) into one matrix; they are split back,
 //! and the all-zero key bias (Whisper has none) is dropped.
 
@@ -18,7 +22,7 @@ use half::f16;
 use sublet_models::{ModelCache, MEL_FILTERS_F32, WHISPER_GGML};
 
 /// Bumped whenever the output changes, so setup redoes the conversion.
-const CONVERTER_VERSION: &str = "1";
+const CONVERTER_VERSION: &str = "2";
 
 pub fn ensure_converted(cache: &ModelCache) -> Result<()> {
     let out = cache.path(WHISPER_GGML);
@@ -183,6 +187,41 @@ struct Out {
 enum Values {
     F16(Vec<u8>),
     F32(Vec<f32>),
+    /// ggml's Q8_0: blocks of 32 values, an f16 scale then 32 signed bytes.
+    Q8_0(Vec<u8>),
+}
+
+impl Values {
+    /// The tensor type whisper.cpp's loader reads (ggml_type).
+    fn ggml_type(&self) -> i32 {
+        match self {
+            Values::F32(_) => 0,
+            Values::F16(_) => 1,
+            Values::Q8_0(_) => 8,
+        }
+    }
+}
+
+/// The file's ftype: ggml's `GGML_FTYPE_MOSTLY_Q8_0`, which makes whisper.cpp expect its
+/// matrices in Q8_0 (and keeps the convolutions f16).
+const FTYPE_MOSTLY_Q8_0: i32 = 7;
+
+/// f16 values as Q8_0 blocks, as ggml's reference quantizer makes them: each block's scale
+/// is its largest magnitude over 127, each value rounded to the nearest step.
+fn quantize_q8_0(f16_bytes: &[u8]) -> Vec<u8> {
+    let values: Vec<f32> = f16_bytes
+        .chunks_exact(2)
+        .map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32())
+        .collect();
+    let mut out = Vec::with_capacity(values.len() / 32 * 34);
+    for block in values.chunks(32) {
+        let amax = block.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let scale = amax / 127.0;
+        let inverse = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+        out.extend_from_slice(&f16::from_f32(scale).to_le_bytes());
+        out.extend(block.iter().map(|v| (v * inverse).round() as i8 as u8));
+    }
+    out
 }
 
 fn convert(model: &Path, vocabulary: &Path, filters: &[f32], out_path: &Path) -> Result<()> {
@@ -217,7 +256,7 @@ fn convert(model: &Path, vocabulary: &Path, filters: &[f32], out_path: &Path) ->
         scalar("decoder/num_heads")?,
         layers("decoder") as i32,
         conv1.dims[1] as i32,
-        1, // f16 weights
+        FTYPE_MOSTLY_Q8_0,
     ];
 
     let mut tensors = Vec::new();
@@ -457,6 +496,20 @@ fn convert(model: &Path, vocabulary: &Path, filters: &[f32], out_path: &Path) ->
         true,
     )?;
 
+    // Every matrix whisper.cpp makes with the file's weight type; the convolutions are
+    // 3-D and stay f16.
+    for t in tensors.iter_mut() {
+        if let (2, Values::F16(bytes)) = (t.dims.len(), &t.values) {
+            ensure!(
+                t.dims[1] % 32 == 0,
+                "{}: rows of {} do not split into Q8_0 blocks",
+                t.name,
+                t.dims[1]
+            );
+            t.values = Values::Q8_0(quantize_q8_0(bytes));
+        }
+    }
+
     // The text tokens, as bytes; whisper.cpp adds the special tokens itself.
     let table = unicode_to_byte();
     let words: Vec<Vec<u8>> = std::fs::read_to_string(vocabulary)
@@ -496,13 +549,19 @@ fn convert(model: &Path, vocabulary: &Path, filters: &[f32], out_path: &Path) ->
         w.write_all(word)?;
     }
     for t in &tensors {
-        let ftype = matches!(t.values, Values::F16(_)) as i32;
-        i32s(&mut w, &[t.dims.len() as i32, t.name.len() as i32, ftype])?;
+        i32s(
+            &mut w,
+            &[
+                t.dims.len() as i32,
+                t.name.len() as i32,
+                t.values.ggml_type(),
+            ],
+        )?;
         let reversed: Vec<i32> = t.dims.iter().rev().map(|&d| d as i32).collect();
         i32s(&mut w, &reversed)?;
         w.write_all(t.name.as_bytes())?;
         match &t.values {
-            Values::F16(bytes) => w.write_all(bytes)?,
+            Values::F16(bytes) | Values::Q8_0(bytes) => w.write_all(bytes)?,
             Values::F32(values) => {
                 for v in values {
                     w.write_all(&v.to_le_bytes())?;
