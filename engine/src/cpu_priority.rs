@@ -97,14 +97,23 @@ impl ThreadPriority {
     /// Steps that serve no voice turn run at nice value `lowered` (0: never lowered);
     /// `shared` is how other threads raise them.
     pub(crate) fn new(lowered: i32, shared: SharedPriority) -> Self {
-        Self {
-            lowered,
-            state: match lowered {
-                0 => State::Off,
-                _ => State::Unseen,
-            },
+        let mut priority = Self {
+            lowered: 0,
+            state: State::Off,
             shared,
-        }
+        };
+        priority.set_lowered(lowered);
+        priority
+    }
+
+    /// The nice value of steps that serve no voice turn from now on (0: never lowered);
+    /// set before the engine's loop first steps.
+    pub(crate) fn set_lowered(&mut self, lowered: i32) {
+        self.lowered = lowered;
+        self.state = match lowered {
+            0 => State::Off,
+            _ => State::Unseen,
+        };
     }
 
     /// Sets the threads for the next step, lowered if it may `yield_cores` and no caller's

@@ -20,15 +20,14 @@ use mistralrs_core::{
 
 use super::planner::Planner;
 use super::{request_of, stopped, MakeRoomHandle, Pass, ENGINE_FAULT};
-use crate::cpu_priority::{SharedPriority, ThreadPriority};
+use crate::cpu_priority::ThreadPriority;
 use crate::make_room::PolicyConfig;
 
 pub struct MakeRoomScheduler {
     planner: Planner,
-    /// The engine's threads' priority, lowered in steps that serve no caller.
+    /// The engine's threads' priority, lowered in steps that serve no caller (and raised
+    /// by a caller's request through the handle).
     threads: ThreadPriority,
-    /// How a caller's request raises them (the handle's).
-    shared_threads: SharedPriority,
     waiting: Vec<Sequence>,
     running: Vec<Sequence>,
 }
@@ -38,8 +37,7 @@ impl MakeRoomScheduler {
     pub fn new(config: PolicyConfig, handle: &MakeRoomHandle) -> Self {
         Self {
             planner: Planner::new(config, handle),
-            threads: ThreadPriority::new(0, SharedPriority::default()),
-            shared_threads: handle.engine_threads.clone(),
+            threads: ThreadPriority::new(0, handle.engine_threads.clone()),
             waiting: Vec::new(),
             running: Vec::new(),
         }
@@ -56,7 +54,7 @@ impl MakeRoomScheduler {
     /// The nice value of the engine's threads in steps that compute for no voice turn
     /// (default 0: never lowered; see `cpu_priority.rs`).
     pub fn compute_nice(mut self, nice: i32) -> Self {
-        self.threads = ThreadPriority::new(nice, self.shared_threads.clone());
+        self.threads.set_lowered(nice);
         self
     }
 
