@@ -481,12 +481,12 @@ fn slowest_turns(md: &mut String, report: &BenchReport) {
     let _ = writeln!(md, "## The slowest turns of each round\n");
     let _ = writeln!(
         md,
-        "| # | condition | call | utterance | voice to voice | {} |",
+        "| # | condition | call | utterance | voice to voice | {} | heard | Smart Turn | reply started at the stop | reply |",
         STAGES.join(" | ")
     );
     let _ = writeln!(
         md,
-        "|---:|---|---|---:|---:|{}",
+        "|---:|---|---|---:|---:|{}---|---:|---|---|",
         "---:|".repeat(STAGES.len())
     );
     for (n, round) in report.rounds.iter().enumerate() {
@@ -502,16 +502,53 @@ fn slowest_turns(md: &mut String, report: &BenchReport) {
             let v2v = turn
                 .voice_to_voice_s
                 .map_or_else(|| "no reply".to_owned(), |v| format!("{v:.2} s"));
+            let words = turn.words.as_ref().map_or_else(
+                || {
+                    [
+                        "–".to_owned(),
+                        "–".to_owned(),
+                        "–".to_owned(),
+                        "–".to_owned(),
+                    ]
+                },
+                |w| {
+                    let held = match (w.preemptive, w.opening_ahead) {
+                        (false, _) => "no",
+                        (true, false) => "yes",
+                        (true, true) => "yes, opening ready",
+                    };
+                    [
+                        quoted(&w.transcript),
+                        w.end_of_turn_score
+                            .map_or_else(|| "–".to_owned(), |s| format!("{s:.2}")),
+                        held.to_owned(),
+                        quoted(&w.reply),
+                    ]
+                },
+            );
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {} | {v2v} | {} |",
+                "| {} | {} | {} | {} | {v2v} | {} | {} |",
                 n + 1,
                 round.condition,
                 turn.call,
                 turn.utterance,
-                stages.join(" | ")
+                stages.join(" | "),
+                words.join(" | ")
             );
         }
     }
     let _ = writeln!(md);
+}
+
+/// `text` in quotes for a table cell: its first 60 characters, no pipes.
+fn quoted(text: &str) -> String {
+    const SHOWN: usize = 60;
+    let cut: String = text.chars().take(SHOWN).collect();
+    let more = if text.chars().count() > SHOWN {
+        "…"
+    } else {
+        ""
+    };
+    format!("\"{}{more}\"", cut.replace('|', "/"))
 }

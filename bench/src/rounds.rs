@@ -13,7 +13,7 @@ use sublet_models::ModelCache;
 
 use crate::aiperf::AiPerf;
 use crate::figures::{RoundRecord, Sample};
-use crate::stats::VoiceTurn;
+use crate::stats::{TurnWords, VoiceTurn};
 use crate::{agents, trace};
 
 /// What one round runs.
@@ -288,6 +288,13 @@ fn match_turns(call: &str, utterance_ends: &[f64], turns: &[TurnRecord]) -> Vec<
                 first_token_s: turn.map(|t| t.first_token_s - t.transcript_s),
                 first_sentence_s: turn.map(|t| t.first_sentence_s - t.transcript_s),
                 stages_s: turn.map(|t| t.stage_latencies()),
+                words: turn.map(|t| TurnWords {
+                    transcript: t.transcript.clone(),
+                    reply: t.reply.clone(),
+                    end_of_turn_score: t.end_of_turn_score,
+                    preemptive: t.preemptive,
+                    opening_ahead: t.opening_ahead,
+                }),
             }
         })
         .collect()

@@ -25,6 +25,25 @@ pub struct VoiceTurn {
     /// first audio), each from the stage before.
     #[serde(default)]
     pub stages_s: Option<[f64; 5]>,
+    /// What the agent heard and said, to read a slow turn by (none for a failed turn, and
+    /// in runs before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub words: Option<TurnWords>,
+}
+
+/// A turn's words and the end-of-turn decisions behind its timing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TurnWords {
+    /// The caller's words, as transcribed.
+    pub transcript: String,
+    /// What the agent said.
+    pub reply: String,
+    /// Smart Turn's score at the stop.
+    pub end_of_turn_score: Option<f32>,
+    /// The reply was started at the stop, before the end of the turn was decided.
+    pub preemptive: bool,
+    /// Its opening was synthesized before the end of the turn was decided.
+    pub opening_ahead: bool,
 }
 
 impl VoiceTurn {
@@ -191,6 +210,7 @@ mod tests {
             first_token_s: v2v.map(|v| v / 4.0),
             first_sentence_s: v2v.map(|v| v / 2.0),
             stages_s: None,
+            words: None,
         }
     }
 
