@@ -3,8 +3,9 @@
 //! This machine's speed drifts by a third over minutes (a shared host), so a figure that
 //! compares two rounds compares two moments too. Hence: a pair's two rounds run back to
 //! back with the same seed, every second pair on first; and a number of callers' voice-alone
-//! time (the SLO's turns) is split into one round before each of its pairs, so that the SLO
-//! comes from the same stretch of the run as the rounds held to it, not from its start.
+//! time (the SLO's turns) is split into rounds before, between and after its pairs, so that
+//! every pair is held to an SLO measured on both sides of it: from the same stretch of the
+//! run, whichever way the machine drifts while the pair runs.
 
 use std::time::Duration;
 
@@ -14,7 +15,7 @@ use crate::figures::{AGENTS_ALONE, MAKE_ROOM_OFF, MAKE_ROOM_ON, VOICE_ALONE};
 #[derive(Debug, Clone)]
 pub struct RunShape {
     /// One entry per number of callers: the count, its pairs of rounds beside the agents,
-    /// and its voice-alone time in minutes (split over the pairs).
+    /// and its voice-alone time in minutes (split into one round more than it has pairs).
     pub counts: Vec<CallerCount>,
     /// Each pair's rounds' window, minutes.
     pub minutes: f64,
@@ -40,10 +41,10 @@ pub struct RoundStep {
     pub window: Duration,
 }
 
-/// The rounds in order: for each number of callers, fewest first, its pairs, each after a
-/// voice-alone round of its share of the count's voice-alone time (all of it in one round
-/// when the count has no pairs); an agents-alone round (the first pair's sessions, no
-/// callers) before the run's first pair.
+/// The rounds in order: for each number of callers, fewest first, its pairs, each between
+/// two voice-alone rounds, the count's voice-alone time split evenly over them (all of it
+/// in one round when the count has no pairs); an agents-alone round (the first pair's
+/// sessions, no callers) before the run's first pair.
 pub fn rounds(shape: &RunShape) -> Vec<RoundStep> {
     let mut counts = shape.counts.clone();
     counts.sort_by_key(|c| c.callers);
@@ -54,13 +55,10 @@ pub fn rounds(shape: &RunShape) -> Vec<RoundStep> {
             condition: VOICE_ALONE,
             seed: None,
             callers: count.callers,
-            window: minutes(count.alone_minutes / count.pairs.max(1) as f64),
+            window: minutes(count.alone_minutes / (count.pairs + 1) as f64),
         };
-        if count.pairs == 0 {
-            steps.push(alone);
-        }
+        steps.push(alone);
         for r in 0..count.pairs {
-            steps.push(alone);
             if shape.agents_alone_minutes > 0.0 && !steps.iter().any(|s| s.callers == 0) {
                 steps.push(RoundStep {
                     condition: AGENTS_ALONE,
@@ -82,6 +80,7 @@ pub fn rounds(shape: &RunShape) -> Vec<RoundStep> {
                     window: minutes(shape.minutes),
                 });
             }
+            steps.push(alone);
         }
     }
     steps
@@ -102,7 +101,7 @@ mod tests {
                 CallerCount {
                     callers: 2,
                     pairs: 2,
-                    alone_minutes: 2.0,
+                    alone_minutes: 1.5,
                 },
             ],
             minutes: 2.0,
@@ -119,20 +118,22 @@ mod tests {
     }
 
     #[test]
-    fn each_pair_follows_its_share_of_the_voice_alone_time() {
+    fn each_pair_runs_between_two_shares_of_the_voice_alone_time() {
         assert_eq!(
             names(&rounds(&shape(2.0))),
             [
-                (2, VOICE_ALONE, None, 60),
+                (2, VOICE_ALONE, None, 30),
                 (0, AGENTS_ALONE, Some(7), 120),
                 (2, MAKE_ROOM_OFF, Some(7), 120),
                 (2, MAKE_ROOM_ON, Some(7), 120),
-                (2, VOICE_ALONE, None, 60),
+                (2, VOICE_ALONE, None, 30),
                 (2, MAKE_ROOM_ON, Some(8), 120),
                 (2, MAKE_ROOM_OFF, Some(8), 120),
-                (4, VOICE_ALONE, None, 60),
+                (2, VOICE_ALONE, None, 30),
+                (4, VOICE_ALONE, None, 30),
                 (4, MAKE_ROOM_OFF, Some(7), 120),
                 (4, MAKE_ROOM_ON, Some(7), 120),
+                (4, VOICE_ALONE, None, 30),
             ]
         );
     }
@@ -144,10 +145,11 @@ mod tests {
         assert_eq!(
             names(&rounds(&shape)),
             [
-                (2, VOICE_ALONE, None, 120),
-                (4, VOICE_ALONE, None, 60),
+                (2, VOICE_ALONE, None, 90),
+                (4, VOICE_ALONE, None, 30),
                 (4, MAKE_ROOM_OFF, Some(7), 120),
                 (4, MAKE_ROOM_ON, Some(7), 120),
+                (4, VOICE_ALONE, None, 30),
             ]
         );
     }
