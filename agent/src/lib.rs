@@ -52,7 +52,7 @@ pub use call::{CallObserver, CallOutcome, Pacing, Quiet, ReplyTrack};
 pub use live::{Interruption, InterruptionOutcome};
 pub use persona::{Persona, VoiceSettings};
 pub use playout::Playout;
-pub use record::{stage_medians, turn_table, TurnOutcome, TurnRecord, STAGE_NAMES};
+pub use record::{clip, stage_medians, turn_table, TurnOutcome, TurnRecord, STAGE_NAMES};
 pub use responder::{
     AudioOut, FinishedTurn, ReplyCutter, Responder, SpokenSentence, TurnHint, TurnWork,
 };

@@ -201,7 +201,8 @@ pub fn turn_table(turns: &[TurnRecord]) -> String {
     out
 }
 
-fn clip(s: &str, n: usize) -> String {
+/// `s` cut to its first `n` characters, with "…" when anything was cut (a table cell).
+pub fn clip(s: &str, n: usize) -> String {
     if s.chars().count() <= n {
         s.to_string()
     } else {

@@ -543,12 +543,5 @@ fn slowest_turns(md: &mut String, report: &BenchReport) {
 
 /// `text` in quotes for a table cell: its first 60 characters, no pipes.
 fn quoted(text: &str) -> String {
-    const SHOWN: usize = 60;
-    let cut: String = text.chars().take(SHOWN).collect();
-    let more = if text.chars().count() > SHOWN {
-        "…"
-    } else {
-        ""
-    };
-    format!("\"{}{more}\"", cut.replace('|', "/"))
+    format!("\"{}\"", sublet_agent::clip(text, 60).replace('|', "/"))
 }

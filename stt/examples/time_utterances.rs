@@ -14,12 +14,11 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use sublet_audio::read_wav;
+use sublet_audio::{read_wav, SPEECH_RATE};
 use sublet_models::ModelCache;
 use sublet_stt::Transcriber;
 
 const CALLS: [&str; 3] = ["three_turns", "trip_planning", "quick_questions"];
-const RATE: f64 = 16_000.0;
 const REPEATS: usize = 3;
 
 fn main() -> Result<()> {
@@ -32,16 +31,17 @@ fn main() -> Result<()> {
     let mut total_s = 0.0;
     let mut runs = 0;
     for call in CALLS {
-        let audio = read_wav(cache.call(&format!("{call}.wav"))?)?.resampled(16_000);
+        let audio = read_wav(cache.call(&format!("{call}.wav"))?)?.resampled(SPEECH_RATE);
         let spans: serde_json::Value = serde_json::from_str(
             &std::fs::read_to_string(cache.call(&format!("{call}.json"))?)
                 .context("reading the call's utterances")?,
         )?;
         let utterances = spans["utterances"].as_array().context("no utterances")?;
         for (index, utterance) in utterances.iter().enumerate() {
+            let rate = f64::from(SPEECH_RATE);
             let at = |key: &str, pad_s: f64| {
                 let s = utterance[key].as_f64().unwrap_or(0.0) + pad_s;
-                ((s * RATE).max(0.0) as usize).min(audio.samples.len())
+                ((s * rate).max(0.0) as usize).min(audio.samples.len())
             };
             let clip = &audio.samples[at("start_s", -0.25)..at("end_s", 0.25)];
             let mut times = Vec::new();
@@ -56,7 +56,7 @@ fn main() -> Result<()> {
             }
             println!(
                 "{call}#{index} {:.2} s of audio  [{}] s  {text}",
-                clip.len() as f64 / RATE,
+                clip.len() as f64 / rate,
                 times.join(", ")
             );
         }
