@@ -4,6 +4,7 @@
 //! weights that ship in a registry package into whisper.cpp's ggml file.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
@@ -91,6 +92,18 @@ impl Transcriber {
 
     /// The text spoken in 16 kHz mono audio, trimmed; empty for silence.
     pub fn transcribe(&mut self, audio: &[f32]) -> Result<String> {
+        let text = self.transcribe_until(audio, None)?;
+        Ok(text.expect("a transcription with no stop flag runs to its end"))
+    }
+
+    /// As [`Transcriber::transcribe`], but gives up as soon as `stop` is set (whisper.cpp
+    /// looks between the model's operations, so within milliseconds): `None` when it did.
+    /// For work started on a guess, such as a turn's transcript before its end is certain.
+    pub fn transcribe_until(
+        &mut self,
+        audio: &[f32],
+        stop: Option<&Arc<AtomicBool>>,
+    ) -> Result<Option<String>> {
         // Whisper needs at least one second; pad short turns with silence.
         let mut padded;
         let audio = if audio.len() < 16_000 {
@@ -114,31 +127,47 @@ impl Transcriber {
             };
             (speech + margin + growth).min(FULL_AUDIO_CTX)
         };
-        let mut text = self.run(audio, frames(AUDIO_CTX_MARGIN), seconds)?;
+        let Some(mut text) = self.run(audio, frames(AUDIO_CTX_MARGIN), seconds, stop)? else {
+            return Ok(None);
+        };
         if !looks_like_a_loop(&text, seconds) {
-            return Ok(text);
+            return Ok(Some(text));
         }
         // A loop that only repeats its opening words is those words said once; anything
         // else is decoded again with a wider window, then with the whole window (seconds
         // on one thread).
         if let Some(once) = said_once(&text) {
-            return Ok(once);
+            return Ok(Some(once));
         }
         let mut tried = frames(AUDIO_CTX_MARGIN);
         for audio_ctx in [frames(RETRY_AUDIO_CTX_MARGIN), FULL_AUDIO_CTX] {
             if audio_ctx <= tried {
                 continue;
             }
-            text = self.run(audio, audio_ctx, seconds)?;
+            let Some(again) = self.run(audio, audio_ctx, seconds, stop)? else {
+                return Ok(None);
+            };
+            text = again;
             if !looks_like_a_loop(&text, seconds) {
                 break;
             }
             tried = audio_ctx;
         }
-        Ok(text)
+        Ok(Some(text))
     }
 
-    fn run(&mut self, audio: &[f32], audio_ctx: i32, seconds: f64) -> Result<String> {
+    /// One decoding; `None` when `stop` was set before it ended.
+    fn run(
+        &mut self,
+        audio: &[f32],
+        audio_ctx: i32,
+        seconds: f64,
+        stop: Option<&Arc<AtomicBool>>,
+    ) -> Result<Option<String>> {
+        let stopped = || stop.is_some_and(|flag| flag.load(Ordering::Relaxed));
+        if stopped() {
+            return Ok(None);
+        }
         let _owner = sublet_heap::owned_by(sublet_heap::Owner::Whisper);
         let mut params = FullParams::new(SamplingStrategy::Greedy { best_of: 1 });
         params.set_n_threads(self.threads);
@@ -162,16 +191,36 @@ impl Transcriber {
             params.set_max_tokens((seconds * MAX_TOKENS_PER_S).ceil() as i32 + 16);
         }
         params.set_temperature_inc(0.0);
-        self.state
-            .full(params, audio)
-            .context("Whisper transcription failed")?;
+        if let Some(flag) = stop {
+            // Not whisper-rs's `set_abort_callback_safe`: in 0.16 its trampoline reads the
+            // boxed closure as the closure itself (and leaks the box).
+            // SAFETY: the callback only reads an AtomicBool through the pointer, and `flag`
+            // (borrowed for the whole of this call) outlives `full` below.
+            unsafe {
+                params.set_abort_callback(Some(stop_requested));
+                params.set_abort_callback_user_data(Arc::as_ptr(flag).cast_mut().cast());
+            }
+        }
+        let outcome = self.state.full(params, audio);
+        // An abort surfaces as a failed encode or decode; the flag tells it apart.
+        if stopped() {
+            return Ok(None);
+        }
+        outcome.context("Whisper transcription failed")?;
         let mut text = String::new();
         for segment in self.state.as_iter() {
             text.push_str(&segment.to_str_lossy()?);
             text.push(' ');
         }
-        Ok(clean(&text))
+        Ok(Some(clean(&text)))
     }
+}
+
+/// whisper.cpp's abort callback: whether the [`AtomicBool`] behind `flag` is set.
+unsafe extern "C" fn stop_requested(flag: *mut std::ffi::c_void) -> bool {
+    // SAFETY: `Transcriber::run` passes a live AtomicBool's address and keeps it alive
+    // until whisper.cpp returns.
+    unsafe { (*flag.cast::<AtomicBool>()).load(Ordering::Relaxed) }
 }
 
 /// A decoder loop: more words than anyone says in the time, or a run of five words said

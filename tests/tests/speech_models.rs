@@ -28,6 +28,42 @@ fn whisper_transcribes_jfk() {
 }
 
 #[test]
+fn a_transcription_told_to_stop_gives_up_and_the_next_one_is_whole() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    let mut stt = Transcriber::load(&cache()).unwrap();
+    let audio = jfk();
+    let started = Instant::now();
+    let whole = stt.transcribe_until(&audio, None).unwrap();
+    let whole_took = started.elapsed();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let setter = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            stop.store(true, Ordering::Relaxed);
+        })
+    };
+    let started = Instant::now();
+    let stopped = stt.transcribe_until(&audio, Some(&stop)).unwrap();
+    let stopped_took = started.elapsed();
+    setter.join().unwrap();
+    println!("whole {whole_took:?}, stopped after {stopped_took:?}");
+    assert_eq!(stopped, None, "a stopped transcription gives no text");
+    // Whisper itself gave up, rather than the flag being read after it finished.
+    assert!(
+        stopped_took < whole_took / 2,
+        "stopped after {stopped_took:?}; the whole took {whole_took:?}"
+    );
+    // The transcriber's state is whole again for the next turn.
+    let again = stt.transcribe(&audio).unwrap();
+    assert_eq!(Some(again), whole);
+}
+
+#[test]
 fn piper_speech_is_transcribed_back() {
     // The voice samples noise inside the model (VITS), so each synthesis differs and
     // Whisper now and then mishears a word ("weather" → "water"): the median of three

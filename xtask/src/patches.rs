@@ -1,5 +1,5 @@
-//! The project's patch series on mistral.rs and candle, carried the way make-room is
-//! carried on vLLM.
+//! The project's patch series on mistral.rs, candle and whisper.cpp (in whisper-rs-sys),
+//! carried the way make-room is carried on vLLM.
 //!
 //! `patches/<crate>/*.patch` are the project's own commits against the crate's published
 //! source. Setup unpacks that source from cargo's registry cache into
@@ -19,7 +19,11 @@ use sha2::{Digest, Sha256};
 use crate::repo_root;
 
 /// The crates carried with patches, and their published versions.
-const PATCHED: &[(&str, &str)] = &[("mistralrs-core", "0.8.1"), ("candle-core", "0.10.2")];
+const PATCHED: &[(&str, &str)] = &[
+    ("mistralrs-core", "0.8.1"),
+    ("candle-core", "0.10.2"),
+    ("whisper-rs-sys", "0.15.0"),
+];
 
 fn git(dir: &Path) -> Command {
     let mut command = Command::new("git");
