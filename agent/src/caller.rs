@@ -7,11 +7,11 @@ use std::time::Instant;
 
 use anyhow::Result;
 use sublet_stt::Transcriber;
-use sublet_turn_detect::{TurnDetector, TurnEvent};
+use sublet_turn_detect::{TurnDetector, TurnEvent, TURN_PAD_S};
 
 use crate::call::CallObserver;
 use crate::dispatch::{Dispatch, DispatchRules, TurnDispatch};
-use crate::early_transcript::{EarlyTranscript, SPECULATE_AFTER_S};
+use crate::early_transcript::EarlyTranscript;
 use crate::responder::{FinishedTurn, Responder, TurnHint, TurnWork};
 use crate::VoiceAgent;
 
@@ -39,6 +39,10 @@ pub(crate) struct Caller {
     early_ready_s: f64,
     /// The last early transcript was started before its stop was decided.
     early_ahead: bool,
+    /// The stop (its speech's end) the engine was last told a turn may follow.
+    coming_told_for: Option<f64>,
+    /// Quiet at which the early transcript starts (`AgentConfig::early_transcript_after_s`).
+    early_after_s: f64,
 }
 
 impl Caller {
@@ -69,6 +73,8 @@ impl Caller {
             clock,
             early_ready_s: 0.0,
             early_ahead: false,
+            coming_told_for: None,
+            early_after_s: config.early_transcript_after_s,
         })
     }
 
@@ -89,19 +95,25 @@ impl Caller {
         self.speculate()
     }
 
-    /// Starts the early transcript once the caller has been quiet long enough that the
-    /// turn's audio up to their last speech is all here, before the stop is certain.
+    /// Starts the early transcript once the caller has been quiet a moment, before the stop
+    /// is certain (and calls off one whose stop they spoke past); tells the engine a turn
+    /// may be coming once the quiet lasts the turn's padding.
     fn speculate(&mut self) -> Result<()> {
         let (Some(early), Some(voiced_until_s)) =
             (self.early.as_mut(), self.detector.voiced_until_s())
         else {
             return Ok(());
         };
-        if self.detector.position_s() - voiced_until_s + 1e-9 >= SPECULATE_AFTER_S
-            && early.speculate(&self.detector, voiced_until_s)?
-        {
-            // The caller went quiet: the engine clears the way for the turn now, while
-            // Whisper transcribes it.
+        early.call_off_before(voiced_until_s);
+        let quiet_s = self.detector.position_s() - voiced_until_s + 1e-9;
+        if quiet_s >= self.early_after_s {
+            early.speculate(&self.detector, voiced_until_s)?;
+        }
+        // The caller went quiet: the engine clears the way for the turn now, while Whisper
+        // transcribes it. Not at the transcript's own start: most shorter quiets are a
+        // breath mid-sentence, and each would keep the agents' steps small for a while.
+        if quiet_s >= TURN_PAD_S && self.coming_told_for != Some(voiced_until_s) {
+            self.coming_told_for = Some(voiced_until_s);
             if let Some(hint) = &self.hint {
                 hint.coming();
             }
@@ -169,6 +181,7 @@ impl Caller {
             return Ok(());
         }
         let transcript = self.early.as_mut().and_then(|e| e.for_turn(speech_end_s));
+        let transcripts_called_off = self.early.as_mut().map_or(0, |e| e.take_called_off());
         let transcript_ahead = transcript.is_some() && self.early_ahead;
         let end_of_turn_s = match self.clock {
             CallClock::Wall(started) => started.elapsed().as_secs_f64(),
@@ -184,6 +197,7 @@ impl Caller {
             audio,
             transcript,
             transcript_ahead,
+            transcripts_called_off,
         }))
     }
 }

@@ -4,23 +4,31 @@
 //! says nothing more it is the turn's transcript, so none is left to take after the end.
 //!
 //! Whisper runs on a thread of its own with a context of its own, and starts before the
-//! stop is certain: once the caller has been quiet for [`SPECULATE_AFTER_S`] (the padding
-//! the turn's audio carries after its last speech, so the audio is the stop's own), the
-//! turn so far is sent to it. The detector confirms the stop only at 0.4 s of quiet and
-//! then scores it with Smart Turn; the transcript is made meanwhile, beside that score
-//! instead of after it. A pause the caller ends sooner wastes that transcription: the
-//! worker takes one at a time, so a caller who pauses often costs at most one core.
+//! stop is certain: once the caller has been quiet for a moment
+//! ([`EARLY_TRANSCRIPT_AFTER_S`]), the turn so far is sent to it, the rest of its padding
+//! ([`TURN_PAD_S`] after the last speech) as silence. The detector confirms the stop only at 0.4 s of quiet and then scores it with
+//! Smart Turn; the transcript is made meanwhile, beside that score instead of after it,
+//! and on one core Whisper's encoder alone takes about 0.25 s of a 3 s turn, so every
+//! tenth of a second it starts sooner is a tenth off the end of a turn the rules are sure
+//! of. A pause the caller ends sooner calls that transcription off as they go on (Whisper
+//! stops within one of its operations), so a caller who pauses often costs a part of one
+//! core, and the worker is free for their next stop.
 
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context, Result};
+use sublet_audio::SPEECH_RATE;
 use sublet_stt::Transcriber;
 use sublet_turn_detect::{transcript_cue, TurnDetector, TURN_PAD_S};
 
-/// Quiet after the caller's last speech at which their words so far are transcribed.
-pub(crate) const SPECULATE_AFTER_S: f64 = TURN_PAD_S;
+/// Quiet after the caller's last speech at which their words so far are transcribed, by
+/// default (`AgentConfig::early_transcript_after_s`): four of the VAD's 32 ms frames. The
+/// 13 turns of the bundled calls came out word for word the same with their padding's last
+/// 0.13 s as silence.
+pub const EARLY_TRANSCRIPT_AFTER_S: f64 = 0.1;
 
 /// A call's early transcripts.
 pub(crate) struct EarlyTranscript {
@@ -28,21 +36,31 @@ pub(crate) struct EarlyTranscript {
     done: mpsc::Receiver<Done>,
     worker: Option<JoinHandle<()>>,
     /// The job the worker holds, not yet collected.
-    in_flight: Option<f64>,
+    in_flight: Option<InFlight>,
     /// The latest job collected.
     finished: Option<Done>,
+    /// Jobs called off since the last turn's end.
+    called_off: usize,
 }
 
 /// The turn up to a stop, to transcribe.
 struct Job {
     speech_end_s: f64,
     audio: Vec<f32>,
+    /// Set when the caller went on speaking: the transcription is called off.
+    stop: Arc<AtomicBool>,
 }
 
-/// A job's transcript.
+/// The job the worker holds.
+struct InFlight {
+    speech_end_s: f64,
+    stop: Arc<AtomicBool>,
+}
+
+/// A job's transcript (`None`: called off).
 struct Done {
     speech_end_s: f64,
-    text: Result<String>,
+    text: Result<Option<String>>,
     took: Duration,
 }
 
@@ -67,7 +85,7 @@ impl EarlyTranscript {
                 let mut stt = stt;
                 for job in inbox {
                     let started = Instant::now();
-                    let text = stt.transcribe(&job.audio);
+                    let text = stt.transcribe_until(&job.audio, Some(&job.stop));
                     let done = Done {
                         speech_end_s: job.speech_end_s,
                         text,
@@ -85,19 +103,31 @@ impl EarlyTranscript {
             worker: Some(worker),
             in_flight: None,
             finished: None,
+            called_off: 0,
         })
     }
 
-    /// The caller has been quiet since `speech_end_s` for [`SPECULATE_AFTER_S`]: starts the
+    /// The caller has been quiet since `speech_end_s` for a moment: starts the
     /// turn's transcript up to there, unless the worker is busy or has it already.
     /// Whether it started a transcript (once for each stop).
     pub(crate) fn speculate(&mut self, detector: &TurnDetector, speech_end_s: f64) -> Result<bool> {
+        self.call_off_before(speech_end_s);
         self.collect_ready();
         let done = self.finished.as_ref();
         if self.in_flight.is_none() && !done.is_some_and(|d| same(d.speech_end_s, speech_end_s)) {
             return self.send(detector, speech_end_s);
         }
         Ok(false)
+    }
+
+    /// The caller speaks on past a stop whose transcript is being made: it is no longer the
+    /// turn's, so it is called off.
+    pub(crate) fn call_off_before(&mut self, voiced_until_s: f64) {
+        if let Some(job) = &self.in_flight {
+            if job.speech_end_s < voiced_until_s - 1e-9 {
+                job.stop.store(true, Ordering::Relaxed);
+            }
+        }
     }
 
     /// At a stop: the turn so far transcribed (waiting for the worker if it is not done),
@@ -108,13 +138,14 @@ impl EarlyTranscript {
         speech_end_s: f64,
     ) -> Result<Option<AtStop<'_>>> {
         let decided = Instant::now();
+        self.call_off_before(speech_end_s);
         self.collect_ready();
         let mut ahead = true;
         loop {
-            match (&self.finished, self.in_flight) {
+            match (&self.finished, self.in_flight.is_some()) {
                 (Some(done), _) if same(done.speech_end_s, speech_end_s) => break,
-                (_, Some(_)) => self.collect_one()?,
-                (_, None) => {
+                (_, true) => self.collect_one()?,
+                (_, false) => {
                     ahead = false;
                     if !self.send(detector, speech_end_s)? {
                         return Ok(None);
@@ -124,7 +155,8 @@ impl EarlyTranscript {
         }
         let done = self.finished.as_ref().expect("collected above");
         let text = match &done.text {
-            Ok(text) => text.as_str(),
+            Ok(Some(text)) => text.as_str(),
+            Ok(None) => unreachable!("a transcript called off is not kept"),
             Err(e) => return Err(anyhow!("early transcript: {e:#}")),
         };
         detector.set_transcript_cue(speech_end_s, transcript_cue(text));
@@ -141,24 +173,37 @@ impl EarlyTranscript {
         let done = self
             .finished
             .take_if(|d| same(d.speech_end_s, speech_end_s))?;
-        done.text.ok()
+        done.text.ok().flatten()
     }
 
-    /// Sends the turn up to `speech_end_s`; false when the detector holds no turn.
+    /// Transcripts called off since the last call, as a turn ends.
+    pub(crate) fn take_called_off(&mut self) -> usize {
+        std::mem::take(&mut self.called_off)
+    }
+
+    /// Sends the turn up to `speech_end_s`, its padding not yet heard as silence; false
+    /// when the detector holds no turn.
     fn send(&mut self, detector: &TurnDetector, speech_end_s: f64) -> Result<bool> {
-        let Some(audio) = detector.turn_audio(speech_end_s) else {
+        let Some(mut audio) = detector.turn_audio(speech_end_s) else {
             return Ok(false);
         };
+        let unheard_s = (speech_end_s + TURN_PAD_S - detector.position_s()).max(0.0);
+        audio.resize(
+            audio.len() + (unheard_s * f64::from(SPEECH_RATE)).round() as usize,
+            0.0,
+        );
         let jobs = self
             .jobs
             .as_ref()
             .expect("the sender lives as long as self");
+        let stop = Arc::new(AtomicBool::new(false));
         jobs.send(Job {
             speech_end_s,
             audio,
+            stop: Arc::clone(&stop),
         })
         .map_err(|_| anyhow!("the early transcript's thread has stopped"))?;
-        self.in_flight = Some(speech_end_s);
+        self.in_flight = Some(InFlight { speech_end_s, stop });
         Ok(true)
     }
 
@@ -181,12 +226,17 @@ impl EarlyTranscript {
 
     fn keep(&mut self, done: Done) {
         self.in_flight = None;
+        let called_off = matches!(done.text, Ok(None));
         tracing::debug!(
             speech_end_s = done.speech_end_s,
             took_ms = done.took.as_millis() as u64,
+            called_off,
             "early transcript"
         );
-        self.finished = Some(done);
+        match called_off {
+            true => self.called_off += 1,
+            false => self.finished = Some(done),
+        }
     }
 }
 

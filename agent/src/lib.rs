@@ -49,6 +49,7 @@ use sublet_turn_detect::{EndpointConfig, TurnDetector};
 
 pub use barge_in::InterruptionConfig;
 pub use call::{CallObserver, CallOutcome, Pacing, Quiet, ReplyTrack};
+pub use early_transcript::EARLY_TRANSCRIPT_AFTER_S;
 pub use live::{Interruption, InterruptionOutcome};
 pub use persona::{Persona, VoiceSettings};
 pub use playout::Playout;
@@ -93,9 +94,13 @@ pub struct AgentConfig {
     pub preemptive_generation: bool,
     /// Transcribe the turn the moment the caller stops speaking, before its end is decided:
     /// the words' cue joins the end-of-turn rules (`sublet_turn_detect::transcript_cue`),
-    /// and the transcript serves the turn when the caller says nothing more. It is started
-    /// at a quarter second of quiet, on a Whisper context and thread of its own.
+    /// and the transcript serves the turn when the caller says nothing more. It runs on a
+    /// Whisper context and thread of its own.
     pub early_transcript: bool,
+    /// Seconds of quiet after the caller's last speech at which the early transcript starts
+    /// (the rest of the turn's padding as silence; called off if the caller goes on). 0.1 s
+    /// by default: four of the VAD's 32 ms frames (it was 0.25 s: the whole padding).
+    pub early_transcript_after_s: f64,
     /// Transcribe the caller's words while they speak, every this many seconds of speech,
     /// for a live view ([`CallObserver::partial_transcript`]); each costs a transcription.
     pub partial_transcripts_s: Option<f64>,
@@ -137,6 +142,7 @@ impl Default for AgentConfig {
             interruptions: InterruptionConfig::default(),
             preemptive_generation: true,
             early_transcript: true,
+            early_transcript_after_s: EARLY_TRANSCRIPT_AFTER_S,
             partial_transcripts_s: None,
             reply_deadline_s: Some(8.0),
             fallback_phrase: "Sorry, could you say that again?".into(),

@@ -38,6 +38,10 @@ pub struct TurnRecord {
     /// quiet), so it was made beside Smart Turn's score rather than after it.
     #[serde(default)]
     pub transcript_ahead: bool,
+    /// Transcripts started at shorter quiets in the turn and called off because the caller
+    /// went on speaking.
+    #[serde(default)]
+    pub transcripts_called_off: usize,
     /// The caller was still speaking at the turn cap (`EndpointConfig::max_turn_s`): the
     /// turn was ended there and answered, and what they said after it is the next turn.
     #[serde(default)]
@@ -230,6 +234,7 @@ mod tests {
             preemptive_discarded: 0,
             opening_ahead: false,
             transcript_ahead: false,
+            transcripts_called_off: 0,
             capped: false,
             outcome: TurnOutcome::Answered,
             error: None,

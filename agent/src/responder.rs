@@ -40,6 +40,8 @@ pub struct FinishedTurn {
     pub transcript: Option<String>,
     /// That transcript was started before the caller's stop was certain.
     pub transcript_ahead: bool,
+    /// Transcripts started at shorter quiets in the turn, called off as the caller went on.
+    pub transcripts_called_off: usize,
 }
 
 /// One sentence of a reply, synthesized.
@@ -412,6 +414,7 @@ impl Responder {
             preemptive_discarded,
             opening_ahead,
             transcript_ahead: turn.transcript_ahead,
+            transcripts_called_off: turn.transcripts_called_off,
             capped: turn.capped,
             outcome: failure
                 .as_ref()

@@ -311,6 +311,7 @@ mod tests {
             preemptive_discarded: 0,
             opening_ahead: false,
             transcript_ahead: false,
+            transcripts_called_off: 0,
             capped: false,
             outcome: sublet_agent::TurnOutcome::Answered,
             error: None,

@@ -365,7 +365,7 @@ fn a_reply_started_as_the_caller_stops_is_kept_when_the_turn_ends_there() {
 #[test]
 fn a_turn_is_transcribed_before_its_stop_is_certain() {
     let cache = ModelCache::from_env();
-    // The transcript is started at the first quarter second of quiet, before the detector
+    // The transcript is started at the first tenth of a second of quiet, before the detector
     // confirms the stop (0.4 s) and scores it; the words after a pause still count.
     let turn = sentence_with_a_pause(&agent(&cache), &cache);
     assert!(turn.transcript_ahead, "{turn:?}");
@@ -375,6 +375,31 @@ fn a_turn_is_transcribed_before_its_stop_is_certain() {
     let turns = live_call(&agent, question, 6.0).seen.turns;
     assert_eq!(turns.len(), 1, "{turns:?}");
     assert!(!turns[0].transcript_ahead, "{turns:?}");
+}
+
+#[test]
+fn a_transcript_started_at_a_breath_is_called_off_when_the_caller_goes_on() {
+    let cache = ModelCache::from_env();
+    // A fifth of a second between two halves of a sentence: long enough that the turn so
+    // far is sent to Whisper (at 0.1 s of quiet), too short for it to be done when the
+    // caller goes on. That transcription is called off; the turn's is of the whole.
+    let mut agent = agent(&cache);
+    agent.config.preemptive_generation = false;
+    let steps = vec![
+        Step::Say(utterance(&cache, "I would like to book")),
+        Step::Say(silence(0.2)),
+        Step::Say(utterance(&cache, "a table for two")),
+    ];
+    let turns = live_call(&agent, steps, 6.0).seen.turns;
+    eprintln!("{turns:#?}");
+    assert_eq!(turns.len(), 1, "{turns:?}");
+    let transcript = turns[0].transcript.to_lowercase();
+    assert!(
+        transcript.contains("would like") && transcript.contains("table for two"),
+        "{transcript:?}"
+    );
+    assert!(turns[0].transcripts_called_off >= 1, "{turns:?}");
+    assert!(turns[0].transcript_ahead, "{turns:?}");
 }
 
 #[test]

@@ -14,7 +14,8 @@
 //! A configuration is `old` or `new`, optionally with changes: `new+preemptive`,
 //! `new-early` (no early transcript), `new+dynamic` (dynamic endpointing), `old+preemptive`,
 //! `new+threshold=0.8` (Smart Turn's score that counts as sure), `new+unsure=1.5` (the wait
-//! for plain words the model is unsure of, in seconds), `new-trim` (the process's free
+//! for plain words the model is unsure of, in seconds), `new+early_after=0.25` (the quiet,
+//! in seconds, at which the early transcript starts), `new-trim` (the process's free
 //! memory not handed back every few seconds: `sublet_agent::allocator::set_trimming`).
 
 use std::path::PathBuf;
@@ -99,6 +100,7 @@ fn config(name: &str) -> Result<Config> {
         match change.split_once('=') {
             Some(("threshold", value)) => config.endpoint.end_of_turn_threshold = value.parse()?,
             Some(("unsure", value)) => config.endpoint.unsure_words_delay_s = Some(value.parse()?),
+            Some(("early_after", value)) => config.early_transcript_after_s = value.parse()?,
             _ => match change {
                 "preemptive" => config.preemptive_generation = on,
                 "early" => config.early_transcript = on,
