@@ -6,11 +6,11 @@
 //! Whisper runs on a thread of its own with a context of its own, and starts before the
 //! stop is certain: once the caller has been quiet for a moment
 //! ([`EARLY_TRANSCRIPT_AFTER_S`]), the turn so far is sent to it, the rest of its padding
-//! ([`TURN_PAD_S`] after the last speech) as silence. The detector confirms the stop only at 0.4 s of quiet and then scores it with
-//! Smart Turn; the transcript is made meanwhile, beside that score instead of after it,
-//! and on one core Whisper's encoder alone takes about 0.25 s of a 3 s turn, so every
-//! tenth of a second it starts sooner is a tenth off the end of a turn the rules are sure
-//! of. A pause the caller ends sooner calls that transcription off as they go on (Whisper
+//! ([`TURN_PAD_S`] after the last speech) as silence. The detector confirms the stop only
+//! at 0.4 s of quiet and then scores it with Smart Turn; the transcript is made meanwhile,
+//! beside that score instead of after it, and on one core Whisper's encoder alone takes
+//! about 0.25 s of a 3 s turn, so every tenth of a second it starts sooner is a tenth off
+//! the end of a turn the rules are sure of. A pause the caller ends sooner calls that transcription off as they go on (Whisper
 //! stops within one of its operations), so a caller who pauses often costs a part of one
 //! core, and the worker is free for their next stop.
 
@@ -107,17 +107,16 @@ impl EarlyTranscript {
         })
     }
 
-    /// The caller has been quiet since `speech_end_s` for a moment: starts the
-    /// turn's transcript up to there, unless the worker is busy or has it already.
-    /// Whether it started a transcript (once for each stop).
-    pub(crate) fn speculate(&mut self, detector: &TurnDetector, speech_end_s: f64) -> Result<bool> {
-        self.call_off_before(speech_end_s);
+    /// The caller has been quiet since `speech_end_s` for a moment: starts the turn's
+    /// transcript up to there, unless the worker is busy or has it already (the caller
+    /// calls off a job for an earlier stop first, [`EarlyTranscript::call_off_before`]).
+    pub(crate) fn speculate(&mut self, detector: &TurnDetector, speech_end_s: f64) -> Result<()> {
         self.collect_ready();
         let done = self.finished.as_ref();
         if self.in_flight.is_none() && !done.is_some_and(|d| same(d.speech_end_s, speech_end_s)) {
-            return self.send(detector, speech_end_s);
+            self.send(detector, speech_end_s)?;
         }
-        Ok(false)
+        Ok(())
     }
 
     /// The caller speaks on past a stop whose transcript is being made: it is no longer the
