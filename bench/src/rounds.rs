@@ -58,19 +58,21 @@ impl CallObserver for CountTurns<'_> {
     }
 }
 
-/// The agent for one call of a round: its system prompt opens with the call's own number,
-/// so that no call finds another's prompts in the engine's prefix cache (a replayed
-/// recording would otherwise repeat a whole earlier prompt, which mistral.rs does not
-/// reuse at all before patch 3, while the first round's calls reuse their own earlier turns).
+/// The agent for one call of a round, with [`call_system_prompt`].
 fn call_agent(agent: &VoiceAgent, round: usize, caller: usize, repeat: usize) -> VoiceAgent {
     let config = AgentConfig {
-        system_prompt: format!(
-            "Call {round}.{caller}.{repeat}. {}",
-            agent.config.system_prompt
-        ),
+        system_prompt: call_system_prompt(&agent.config.system_prompt, round, caller, repeat),
         ..agent.config.clone()
     };
     agent.with_config(config)
+}
+
+/// A call's system prompt: the agent's instructions, then the call's own number. Every
+/// call shares the instructions, as the calls of one deployment do, so a call's first turn
+/// finds them in the engine's prefix cache and computes only its own tail and words; the
+/// number keeps a replayed recording from finding a whole earlier call's prompt there.
+fn call_system_prompt(instructions: &str, round: usize, caller: usize, repeat: usize) -> String {
+    format!("{instructions} This is call {round}.{caller}.{repeat}.")
 }
 
 /// Runs one round as `plan` says, to its end: the window, then the calls in progress.
@@ -298,4 +300,26 @@ fn match_turns(call: &str, utterance_ends: &[f64], turns: &[TurnRecord]) -> Vec<
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::call_system_prompt;
+
+    #[test]
+    fn calls_share_the_instructions_and_not_the_rest() {
+        let instructions = "Answer briefly.";
+        let prompts = [
+            call_system_prompt(instructions, 1, 0, 0),
+            call_system_prompt(instructions, 1, 1, 0),
+            call_system_prompt(instructions, 1, 0, 1),
+            call_system_prompt(instructions, 2, 0, 0),
+        ];
+        for (i, prompt) in prompts.iter().enumerate() {
+            assert!(prompt.starts_with(instructions), "{prompt}");
+            for other in &prompts[i + 1..] {
+                assert_ne!(prompt, other);
+            }
+        }
+    }
 }
