@@ -5,6 +5,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::stats::{slo_from_voice_alone, summarize, AgentCallRecord, Summary, VoiceTurn};
 
+mod alone_gap;
+pub use alone_gap::AloneGap;
+
 /// The condition names, as rounds and reports spell them.
 pub const VOICE_ALONE: &str = "voice alone";
 pub const MAKE_ROOM_OFF: &str = "make-room off";
@@ -228,6 +231,9 @@ pub struct Figures {
     pub rounds: Vec<RoundFigures>,
     pub conditions: Vec<ConditionFigures>,
     pub pairs: Vec<PairRatios>,
+    /// make-room's turns against the same utterances alone, per number of callers.
+    #[serde(default)]
+    pub alone_gaps: Vec<AloneGap>,
 }
 
 impl Figures {
@@ -292,6 +298,7 @@ pub fn figures(rounds: &[RoundRecord], window_s: f64) -> Figures {
         .collect();
     Figures {
         slos,
+        alone_gaps: alone_gap::alone_gaps(rounds, &counts),
         pairs: pairs(&round_figures, &agents_alone(&round_figures)),
         rounds: round_figures,
         conditions,

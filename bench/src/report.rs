@@ -92,6 +92,7 @@ pub fn markdown(report: &BenchReport, plots: &[(&str, &str)]) -> String {
     by_round(&mut md, f);
     engine_work(&mut md, f);
     stages(&mut md, f);
+    alone_gaps(&mut md, f);
     for (title, file) in plots {
         let _ = writeln!(md, "### {title}\n\n![{title}]({file})\n");
     }
@@ -472,6 +473,41 @@ fn stages(md: &mut String, f: &Figures) {
             c.condition,
             c.callers,
             cells.join(" | ")
+        );
+    }
+    let _ = writeln!(md);
+}
+
+fn alone_gaps(md: &mut String, f: &Figures) {
+    if f.alone_gaps.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "## make-room against the same utterances alone (mean seconds more)\n\n\
+         Each answered make-room turn minus the mean of the same recording's same utterance \
+         answered in the voice-alone rounds with as many callers.\n"
+    );
+    let _ = writeln!(
+        md,
+        "| callers | turns | voice to voice [95% interval] | {} |",
+        STAGES.join(" | ")
+    );
+    let _ = writeln!(md, "|---:|---:|---:|{}", "---:|".repeat(STAGES.len()));
+    for g in &f.alone_gaps {
+        let stages: Vec<String> = g
+            .stage_means_s
+            .iter()
+            .map(|s| format!("{s:+.2} s"))
+            .collect();
+        let [low, high] = g.voice_to_voice_interval_s;
+        let _ = writeln!(
+            md,
+            "| {} | {} | {:+.2} s [{low:+.2}, {high:+.2}] | {} |",
+            g.callers,
+            g.turns,
+            g.voice_to_voice_mean_s,
+            stages.join(" | ")
         );
     }
     let _ = writeln!(md);

@@ -170,26 +170,31 @@ pub fn summarize(
 /// Resamples a bootstrap interval draws.
 pub const BOOTSTRAP_RESAMPLES: usize = 2000;
 
-/// A percentile bootstrap 95% interval on the nearest-rank p95 of `values`: the 2.5th and
-/// 97.5th percentiles of the p95s of [`BOOTSTRAP_RESAMPLES`] resamples drawn with
-/// replacement. The generator's seed is fixed, so a report's interval can be recomputed
-/// exactly from its records. With few values the interval is wide, which is its point: a
-/// p95 of twelve turns is their slowest.
+/// A percentile bootstrap 95% interval on the nearest-rank p95 of `values`. With few
+/// values the interval is wide, which is its point: a p95 of twelve turns is their slowest.
 pub fn bootstrap_p95_interval(values: &[f64]) -> [f64; 2] {
+    bootstrap_interval(values, |resample| percentile(resample, 95.0))
+}
+
+/// A percentile bootstrap 95% interval on `statistic` of `values`: the 2.5th and 97.5th
+/// percentiles of the statistic of [`BOOTSTRAP_RESAMPLES`] resamples drawn with
+/// replacement. The generator's seed is fixed, so a report's interval can be recomputed
+/// exactly from its records.
+pub fn bootstrap_interval(values: &[f64], statistic: impl Fn(&[f64]) -> f64) -> [f64; 2] {
     if values.is_empty() {
         return [0.0, 0.0];
     }
     let mut rng = StdRng::seed_from_u64(0x5eed_b007);
     let mut resample = vec![0.0; values.len()];
-    let p95s: Vec<f64> = (0..BOOTSTRAP_RESAMPLES)
+    let statistics: Vec<f64> = (0..BOOTSTRAP_RESAMPLES)
         .map(|_| {
             for v in resample.iter_mut() {
                 *v = values[rng.random_range(0..values.len())];
             }
-            percentile(&resample, 95.0)
+            statistic(&resample)
         })
         .collect();
-    [percentile(&p95s, 2.5), percentile(&p95s, 97.5)]
+    [percentile(&statistics, 2.5), percentile(&statistics, 97.5)]
 }
 
 /// The SLO a voice-alone round sets: its p95 voice to voice plus a quarter second.

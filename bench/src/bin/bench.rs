@@ -495,4 +495,12 @@ fn print_table(report: &BenchReport) {
             p.agent_first_token_p95_on_over_off
         );
     }
+    for g in &f.alone_gaps {
+        let [low, high] = g.voice_to_voice_interval_s;
+        println!(
+            "{} callers: make-room's turns against the same utterances alone {:+.2} s \
+             [{low:+.2}, {high:+.2}] ({} turns)",
+            g.callers, g.voice_to_voice_mean_s, g.turns
+        );
+    }
 }

@@ -205,3 +205,57 @@ fn an_agents_alone_round_is_the_agents_reference_and_no_number_of_callers() {
     assert_eq!(of(&figures.pairs[0]), (Some(0.5), Some(0.45)));
     assert_eq!(of(&figures.pairs[1]), (None, None));
 }
+
+#[test]
+fn make_room_turns_are_set_against_the_same_utterance_alone() {
+    let replay = |call: &str, utterance: usize, v2v: Option<f64>| VoiceTurn {
+        call: call.into(),
+        utterance,
+        voice_to_voice_s: v2v,
+        stages_s: v2v.map(|v| [0.5, 0.0, 0.1, 0.1, v - 0.7]),
+        ..turn(1.0)
+    };
+    let with = |condition: &str, callers: usize, turns: Vec<VoiceTurn>| RoundRecord {
+        callers,
+        turns,
+        ..round(condition, None, &[], 0)
+    };
+    let rounds = vec![
+        with(
+            VOICE_ALONE,
+            2,
+            vec![
+                replay("a.wav#0.0", 0, Some(1.0)),
+                replay("a.wav#0.0", 1, Some(2.0)),
+                replay("b.wav#0.1", 0, Some(3.0)),
+            ],
+        ),
+        with(VOICE_ALONE, 2, vec![replay("a.wav#3.0", 0, Some(1.2))]),
+        // Four callers' utterances alone are not two callers'.
+        with(VOICE_ALONE, 4, vec![replay("c.wav#0.0", 0, Some(0.5))]),
+        with(
+            MAKE_ROOM_ON,
+            2,
+            vec![
+                // 1.5 against a.wav's first utterance alone, 1.1 on average: +0.4.
+                replay("a.wav#1.0", 0, Some(1.5)),
+                // +0.1.
+                replay("a.wav#1.0", 1, Some(2.1)),
+                // No reply: the SLO share counts it, not this.
+                replay("b.wav#1.1", 0, None),
+                // Never answered alone with two callers.
+                replay("c.wav#1.1", 0, Some(9.0)),
+            ],
+        ),
+    ];
+    let gaps = figures(&rounds, 10.0).alone_gaps;
+    assert_eq!(gaps.len(), 1, "no make-room round with four callers");
+    let gap = &gaps[0];
+    assert_eq!((gap.callers, gap.turns), (2, 2));
+    assert!((gap.voice_to_voice_mean_s - 0.25).abs() < 1e-9);
+    // All of it in the last stage, as the turns were made.
+    assert!((gap.stage_means_s[4] - 0.25).abs() < 1e-9);
+    assert!(gap.stage_means_s[..4].iter().all(|s| s.abs() < 1e-9));
+    let [low, high] = gap.voice_to_voice_interval_s;
+    assert!((0.1 - 1e-9..=0.25).contains(&low) && (0.25..=0.4 + 1e-9).contains(&high));
+}
