@@ -284,10 +284,12 @@ impl Engine {
     pub async fn chat_async(&self, request: ChatRequest) -> Result<ReplyStream, EngineError> {
         let stop = request.stop.clone();
         let callers = request.priority <= VOICE_PRIORITY;
+        let session = request.session;
         let (normal, rx) = self.normal_request(request);
+        let sent = std::time::Instant::now();
         self.send(Request::Normal(Box::new(normal))).await?;
         if let (true, Some(handle)) = (callers, &self.make_room) {
-            handle.turn_arrived();
+            handle.turn_arrived(session, sent);
         }
         Ok(ReplyStream::spawn(
             self.runtime.handle(),

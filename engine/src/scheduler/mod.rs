@@ -72,8 +72,10 @@ enum Pass {
     },
 }
 
-/// A line per event (a request added, a step planned, a pass handed out), with the
-/// milliseconds since the scheduler started: where a turn's time went, step by step.
+/// A line per event (a caller's request sent, a request added, a step planned, a pass
+/// handed out), with the milliseconds since the scheduler started: where a turn's time
+/// went, step by step. A caller's request is `sent` when it left for the engine, a line
+/// written when the scheduler next takes a request, so it may follow later lines.
 /// Written when `SUBLET_SCHEDULER_TRACE` names a file.
 struct Trace(std::io::BufWriter<std::fs::File>);
 
@@ -112,7 +114,13 @@ pub struct MakeRoomHandle {
     panic_at_next_plan: Flag,
     /// The engine's threads, raised when a caller's request arrives (CPU path).
     engine_threads: crate::cpu_priority::SharedPriority,
+    /// Callers' requests sent since the scheduler last took one, with their call: for the
+    /// trace, since mistral.rs takes a request only between passes.
+    arrivals: Arc<Mutex<Vec<Arrival>>>,
 }
+
+/// A caller's request sent to the engine: its call, and when.
+type Arrival = (Option<u64>, std::time::Instant);
 
 /// A signal from any thread to the engine's next plan: raised, then taken once.
 #[derive(Debug, Clone, Default)]
@@ -150,10 +158,20 @@ impl MakeRoomHandle {
         self.turn_coming.raise();
     }
 
-    /// A caller's request (a turn or its hint) arrived: the engine's threads go back to
-    /// the process's priority now, so the pass in flight it waits for is not a lowered one.
-    pub fn turn_arrived(&self) {
+    /// A caller's request (a turn or its hint) for `call`, sent at `sent`, arrived: the
+    /// engine's threads go back to the process's priority now, so the pass in flight it
+    /// waits for is not a lowered one.
+    pub fn turn_arrived(&self, call: Option<u64>, sent: std::time::Instant) {
         self.engine_threads.raise();
+        let mut arrivals = lock(&self.arrivals);
+        // Bounded: without a scheduler taking requests nothing drains them.
+        if arrivals.len() < 64 {
+            arrivals.push((call, sent));
+        }
+    }
+
+    fn take_arrivals(&self) -> Vec<Arrival> {
+        std::mem::take(&mut *lock(&self.arrivals))
     }
 
     fn take_turn_coming(&self) -> bool {

@@ -117,6 +117,12 @@ impl Planner {
                 self.policy.set_switches(switches);
             }
         }
+        for (call, sent) in self.handle.take_arrivals() {
+            let at = sent.saturating_duration_since(self.epoch).as_millis() as u64;
+            if let Some(trace) = &mut self.trace {
+                trace.line(at, format_args!("sent session={call:?}"));
+            }
+        }
         self.trace(format_args!(
             "add id={} priority={} session={:?} prompt={} cached={} max_new={}",
             request.id,
