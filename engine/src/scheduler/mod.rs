@@ -82,6 +82,13 @@ struct Trace(std::io::BufWriter<std::fs::File>);
 impl Trace {
     const ENV: &'static str = "SUBLET_SCHEDULER_TRACE";
 
+    /// Whether this process writes a trace: read once, so that callers' requests are
+    /// dated for it only then.
+    fn wanted() -> bool {
+        static WANTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *WANTED.get_or_init(|| std::env::var_os(Self::ENV).is_some())
+    }
+
     fn from_env() -> Option<Self> {
         let path = std::env::var_os(Self::ENV)?;
         match std::fs::File::create(&path) {
@@ -163,6 +170,9 @@ impl MakeRoomHandle {
     /// waits for is not a lowered one.
     pub fn turn_arrived(&self, call: Option<u64>, sent: std::time::Instant) {
         self.engine_threads.raise();
+        if !Trace::wanted() {
+            return;
+        }
         let mut arrivals = lock(&self.arrivals);
         // Bounded: without a scheduler taking requests nothing drains them.
         if arrivals.len() < 64 {
@@ -171,6 +181,9 @@ impl MakeRoomHandle {
     }
 
     fn take_arrivals(&self) -> Vec<Arrival> {
+        if !Trace::wanted() {
+            return Vec::new();
+        }
         std::mem::take(&mut *lock(&self.arrivals))
     }
 
