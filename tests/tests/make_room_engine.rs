@@ -4,13 +4,16 @@
 //! check what the scheduler did, from its own state, not how fast it was (the timings and
 //! their ratios are `cargo xtask probe`'s to print). Also: sequences of different lengths
 //! decoded in one pass give each the tokens it gets alone, and a call's turn outlives the
-//! agents' contexts in the prefix cache with call retention.
+//! agents' contexts in the prefix cache with call retention, and a turn whose reader left
+//! mid-reply leaves its KV to the next.
 
 use std::sync::Arc;
 
 use sublet_engine::make_room::{PolicyConfig, Switches};
 use sublet_engine::probe::{self, ProbeOptions};
-use sublet_engine::{ChatRequest, Engine, EngineConfig, Message, Prompt, Role, VOICE_PRIORITY};
+use sublet_engine::{
+    ChatRequest, Engine, EngineConfig, Message, Prompt, Role, StreamEvent, VOICE_PRIORITY,
+};
 use sublet_models::ModelCache;
 
 #[test]
@@ -249,5 +252,66 @@ fn with_call_retention_a_calls_turn_outlives_agents_contexts_in_the_prefix_cache
     assert!(
         cached_share[0] < 0.3 && cached_share[1] > 0.7,
         "the second turn's prompt cached, without and with call retention: {cached_share:?}"
+    );
+}
+
+#[test]
+fn a_turn_whose_reader_left_mid_reply_leaves_its_kv_to_the_next_turn() {
+    // The voice agent stops reading a reply once it has the sentences it speaks, which
+    // cancels the request. The KV of its prompt and of the reply so far still serves the
+    // call's next turn, which repeats them: without it, that turn computed its whole
+    // history again.
+    let cache = ModelCache::from_env();
+    let engine = Engine::load(&EngineConfig {
+        make_room: Some(PolicyConfig::default()),
+        ..EngineConfig::bundled(&cache).unwrap()
+    })
+    .unwrap();
+    let turn = |messages: Vec<Message>| {
+        let request = ChatRequest {
+            priority: VOICE_PRIORITY,
+            session: Some(5),
+            ..ChatRequest::new(messages, 48)
+        };
+        engine.chat(request).unwrap()
+    };
+    let mut messages = vec![
+        Message::new(Role::System, "You are a helpful voice agent on a call."),
+        Message::new(
+            Role::User,
+            "Tell me about the history of Paris, the river Seine and its bridges.",
+        ),
+    ];
+    let first_prompt = engine
+        .prompt_tokens(&Prompt::Chat(messages.clone()))
+        .unwrap();
+    let mut reply = turn(messages.clone());
+    let mut heard = String::new();
+    while heard.split_whitespace().count() < 4 {
+        match reply.next_blocking() {
+            Some(Ok(StreamEvent::Text(text))) => heard.push_str(&text),
+            other => panic!("the reply ended after {heard:?}: {other:?}"),
+        }
+    }
+    drop(reply);
+    let started = std::time::Instant::now();
+    while {
+        let state = engine.scheduler_state();
+        state.running + state.waiting > 0
+    } {
+        assert!(started.elapsed() < std::time::Duration::from_secs(10));
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    messages.push(Message::new(Role::Assistant, heard.trim()));
+    messages.push(Message::new(Role::User, "And the Louvre?"));
+    let before = engine.scheduler_state().counters;
+    turn(messages).collect_blocking().unwrap();
+    let after = engine.scheduler_state().counters;
+    let prompt = after.turn_prompt_tokens - before.turn_prompt_tokens;
+    let cached = after.turn_cached_tokens - before.turn_cached_tokens;
+    println!("after {heard:?}: {cached} of the next turn's {prompt} prompt tokens cached");
+    assert!(
+        cached as usize >= first_prompt,
+        "{cached} of {prompt} cached: not even the first turn's {first_prompt}"
     );
 }

@@ -10,6 +10,7 @@
 //! besides the call turns make-room keeps room for, and with call retention it lets the
 //! agents' entries go before a call's.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,6 +31,9 @@ pub struct MakeRoomScheduler {
     threads: ThreadPriority,
     waiting: Vec<Sequence>,
     running: Vec<Sequence>,
+    /// Streamed replies whose reader left mid-reply, kept one more step (see
+    /// [`MakeRoomScheduler::finish_step`]).
+    reader_left: HashSet<u64>,
 }
 
 impl MakeRoomScheduler {
@@ -40,6 +44,7 @@ impl MakeRoomScheduler {
             threads: ThreadPriority::new(0, handle.engine_threads.clone()),
             waiting: Vec::new(),
             running: Vec::new(),
+            reader_left: HashSet::new(),
         }
     }
 
@@ -62,18 +67,26 @@ impl MakeRoomScheduler {
     /// own (end of sequence, cancel, a failed pass, or a reader gone: a waiting request whose client left
     /// is never admitted), and lets go of every sequence the policy is done with: dropping
     /// a sequence closes its reply channel.
+    ///
+    /// A streamed reply whose reader left while it decodes gets one more step: its next
+    /// token finds no one listening, and mistral.rs then keeps its KV in the prefix cache
+    /// (the patch series has it so), where the conversation's next request finds it. A
+    /// voice agent stops reading once it has the sentences it speaks; let go here, that
+    /// call's next turn computed its whole history again.
     fn finish_step(&mut self) {
+        let reader_left = &mut self.reader_left;
         let stopped: Vec<u64> = self
             .running
             .iter()
             .chain(&self.waiting)
-            .filter(|seq| stopped(seq))
+            .filter(|seq| stopped(seq) && !(decoding_unread(seq) && reader_left.insert(key(seq))))
             .map(key)
             .collect();
         self.planner.finish_step(&stopped);
         let planner = &self.planner;
         self.running.retain(|seq| planner.knows(key(seq)));
         self.waiting.retain(|seq| planner.knows(key(seq)));
+        self.reader_left.retain(|&id| planner.knows(id));
         let kv = self
             .running
             .iter()
@@ -106,6 +119,13 @@ impl MakeRoomScheduler {
             .for_step(self.planner.policy().step_may_yield());
         self.planner.queue(plan);
     }
+}
+
+/// A streamed reply past its prompt, running, whose reader left, and not yet stopped.
+fn decoding_unread(seq: &Sequence) -> bool {
+    matches!(seq.getstate(), SequenceState::RunningCompletion)
+        && seq.responder().is_closed()
+        && seq.get_mut_group().is_streaming
 }
 
 fn key(seq: &Sequence) -> u64 {
