@@ -10,7 +10,7 @@ use sublet_stt::Transcriber;
 use sublet_turn_detect::{TurnDetector, TurnEvent, TURN_PAD_S};
 
 use crate::call::CallObserver;
-use crate::dispatch::{Dispatch, DispatchRules, TurnDispatch};
+use crate::dispatch::{ComingHint, Dispatch, DispatchRules, TurnDispatch};
 use crate::early_transcript::EarlyTranscript;
 use crate::responder::{FinishedTurn, Responder, TurnHint, TurnWork};
 use crate::VoiceAgent;
@@ -39,8 +39,8 @@ pub(crate) struct Caller {
     early_ready_s: f64,
     /// The last early transcript was started before its stop was decided.
     early_ahead: bool,
-    /// The stop (its speech's end) the engine was last told a turn may follow.
-    coming_told_for: Option<f64>,
+    /// When the engine hears that a turn may follow.
+    coming: ComingHint,
     /// Quiet at which the early transcript starts (`AgentConfig::early_transcript_after_s`).
     early_after_s: f64,
 }
@@ -73,7 +73,7 @@ impl Caller {
             clock,
             early_ready_s: 0.0,
             early_ahead: false,
-            coming_told_for: None,
+            coming: ComingHint::default(),
             early_after_s: config.early_transcript_after_s,
         })
     }
@@ -110,10 +110,11 @@ impl Caller {
             early.speculate(&self.detector, voiced_until_s)?;
         }
         // The caller went quiet: the engine clears the way for the turn now, while Whisper
-        // transcribes it. Not at the transcript's own start: most shorter quiets are a
-        // breath mid-sentence, and each would keep the agents' steps small for a while.
-        if quiet_s >= TURN_PAD_S && self.coming_told_for != Some(voiced_until_s) {
-            self.coming_told_for = Some(voiced_until_s);
+        // transcribes it, and until the turn reaches it. Not at the transcript's own start:
+        // most shorter quiets are a breath mid-sentence, and each would keep the agents'
+        // steps small for a while.
+        let now_s = self.detector.position_s();
+        if self.coming.due(voiced_until_s, quiet_s, now_s, TURN_PAD_S) {
             if let Some(hint) = &self.hint {
                 hint.coming();
             }
@@ -155,10 +156,13 @@ impl Caller {
                         _ => self.detector.turn_audio(speech_end_s),
                     };
                     match audio {
-                        Some(audio) => send(TurnWork::Preempt {
-                            audio,
-                            transcript: early_text.take(),
-                        })?,
+                        Some(audio) => {
+                            self.coming.turn_sent(speech_end_s);
+                            send(TurnWork::Preempt {
+                                audio,
+                                transcript: early_text.take(),
+                            })?
+                        }
                         None => self.dispatch.preempt_failed(),
                     }
                 }
@@ -188,6 +192,7 @@ impl Caller {
             CallClock::Audio if transcript.is_some() => decided_s.max(self.early_ready_s),
             CallClock::Audio => decided_s,
         };
+        self.coming.turn_sent(speech_end_s);
         send(TurnWork::Answer(FinishedTurn {
             caller_stop_s: speech_end_s,
             end_of_turn_s,

@@ -95,6 +95,54 @@ impl TurnDispatch {
     }
 }
 
+/// A quiet caller is told to the engine again this often while their turn has not reached
+/// it: well inside make-room's hold on a `coming` (1.2 s by default), so that the agents'
+/// steps stay small until the turn arrives however long its transcript takes.
+pub const COMING_AGAIN_AFTER_S: f64 = 0.5;
+
+/// Quiet beyond this is no turn on its way (the longest end-of-turn wait is 3 s): the
+/// engine is told no more.
+pub const COMING_AT_MOST_S: f64 = 3.0;
+
+/// When to tell the engine that a quiet caller's turn may be coming (pure rules; the
+/// engine's side is `Scheduler::turn_coming`): once the quiet lasts the turn's padding,
+/// then every [`COMING_AGAIN_AFTER_S`] until the turn's request is sent (a preemptive
+/// reply or the answer: from then on the request itself keeps the steps small), the caller
+/// speaks again, or the quiet passes [`COMING_AT_MOST_S`]. Told once only, a hold that
+/// ran out while Whisper still transcribed let an agent's full prompt chunk start just
+/// before the turn arrived, and the turn waited for it.
+#[derive(Debug, Clone, Default)]
+pub struct ComingHint {
+    /// The stop (the end of its speech) last told, and when (call time).
+    told: Option<(f64, f64)>,
+    /// The stop whose turn has reached the engine.
+    sent_for: Option<f64>,
+}
+
+impl ComingHint {
+    /// Whether to tell the engine now: the caller's speech ended at `voiced_until_s` and
+    /// they have been quiet `quiet_s` at call time `now_s`; `pad_s` is the quiet from which
+    /// a turn may be coming.
+    pub fn due(&mut self, voiced_until_s: f64, quiet_s: f64, now_s: f64, pad_s: f64) -> bool {
+        if quiet_s < pad_s || quiet_s > COMING_AT_MOST_S || self.sent_for == Some(voiced_until_s) {
+            return false;
+        }
+        let due = match self.told {
+            Some((stop, at_s)) if stop == voiced_until_s => now_s - at_s >= COMING_AGAIN_AFTER_S,
+            _ => true,
+        };
+        if due {
+            self.told = Some((voiced_until_s, now_s));
+        }
+        due
+    }
+
+    /// The turn after the speech that ended at `speech_end_s` went to the engine.
+    pub fn turn_sent(&mut self, speech_end_s: f64) {
+        self.sent_for = Some(speech_end_s);
+    }
+}
+
 /// Whether a reply started at the stop still answers the turn: its transcript is the one
 /// the turn ended with (compared as words, ignoring case and punctuation). Without a final
 /// transcript the held one is the turn's.
@@ -210,6 +258,25 @@ mod tests {
         assert_eq!(
             dispatch.on_event(&end_of_turn(4.0, 7.0)),
             vec![Dispatch::Hint, Dispatch::Answer]
+        );
+    }
+
+    #[test]
+    fn a_quiet_caller_is_told_again_until_the_turn_is_sent() {
+        let mut coming = ComingHint::default();
+        let due = |c: &mut ComingHint, quiet: f64| c.due(2.0, quiet, 2.0 + quiet, 0.25);
+        assert!(!due(&mut coming, 0.1), "a breath is no turn");
+        assert!(due(&mut coming, 0.25));
+        assert!(!due(&mut coming, 0.5), "told 0.25 s ago");
+        assert!(due(&mut coming, 0.8), "the hold would run out: told again");
+        coming.turn_sent(2.0);
+        assert!(!due(&mut coming, 1.5), "the request holds the steps now");
+        // The caller spoke again and stopped: a new stop is told, and told again.
+        assert!(coming.due(4.0, 0.3, 4.3, 0.25));
+        assert!(coming.due(4.0, 0.9, 4.9, 0.25));
+        assert!(
+            !coming.due(4.0, 3.2, 7.2, 0.25),
+            "no turn comes after 3 s of quiet"
         );
     }
 
