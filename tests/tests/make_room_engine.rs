@@ -203,14 +203,7 @@ fn with_call_retention_a_calls_turn_outlives_agents_contexts_in_the_prefix_cache
         // New switches take effect at a request that finds the scheduler idle: the last
         // reply's stream can end before its request leaves the scheduler, and a turn sent
         // then ran the whole call under the switches before (a flaky failure).
-        let started = std::time::Instant::now();
-        while {
-            let state = engine.scheduler_state();
-            state.running + state.waiting > 0
-        } {
-            assert!(started.elapsed() < std::time::Duration::from_secs(10));
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
+        wait_until_idle(&engine);
         engine.set_make_room_switches(Switches {
             call_retention: retention,
             ..Switches::all()
@@ -294,14 +287,7 @@ fn a_turn_whose_reader_left_mid_reply_leaves_its_kv_to_the_next_turn() {
         }
     }
     drop(reply);
-    let started = std::time::Instant::now();
-    while {
-        let state = engine.scheduler_state();
-        state.running + state.waiting > 0
-    } {
-        assert!(started.elapsed() < std::time::Duration::from_secs(10));
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
+    wait_until_idle(&engine);
     messages.push(Message::new(Role::Assistant, heard.trim()));
     messages.push(Message::new(Role::User, "And the Louvre?"));
     let before = engine.scheduler_state().counters;
@@ -314,4 +300,17 @@ fn a_turn_whose_reader_left_mid_reply_leaves_its_kv_to_the_next_turn() {
         cached as usize >= first_prompt,
         "{cached} of {prompt} cached: not even the first turn's {first_prompt}"
     );
+}
+
+/// Waits (at most 10 s) until the scheduler holds no request: a reply's stream can end
+/// before its request leaves the scheduler.
+fn wait_until_idle(engine: &Engine) {
+    let started = std::time::Instant::now();
+    while {
+        let state = engine.scheduler_state();
+        state.running + state.waiting > 0
+    } {
+        assert!(started.elapsed() < std::time::Duration::from_secs(10));
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
 }
