@@ -62,6 +62,10 @@ pub struct Sample {
     /// The bench process's CPU time so far (engine, voice pipeline, replayer), ms.
     #[serde(default)]
     pub cpu_ms: u64,
+    /// CPU time the host took from the machine's cores so far (steal), ms; `None` where
+    /// not known, and in records from before it was sampled (left out of those).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steal_ms: Option<u64>,
     /// Tokens the engine computed so far, of prompts and decoded, and of those the calls'.
     #[serde(default)]
     pub prefill_tokens: u64,
@@ -151,6 +155,10 @@ pub struct EngineFigures {
     /// records from before it was sampled.
     #[serde(default)]
     pub cpu_cores: Option<f64>,
+    /// The CPU time the host took from the machine over the round's wall time, in cores
+    /// (of the machine's; a neighbour's burst on a shared host); `None` where not known.
+    #[serde(default)]
+    pub steal_cores: Option<f64>,
     /// What the engine computed, for the calls and for the agents; `None` in records from
     /// before it was counted.
     #[serde(default)]
@@ -466,6 +474,13 @@ pub fn engine_figures(samples: &[Sample], window_s: f64) -> EngineFigures {
             (Some(first), Some(last)) if last.t_s > first.t_s && last.cpu_ms > 0 => {
                 Some(grew(|s| s.cpu_ms) as f64 / 1000.0 / (last.t_s - first.t_s))
             }
+            _ => None,
+        },
+        steal_cores: match (samples.first(), samples.last()) {
+            (Some(first), Some(last)) if last.t_s > first.t_s => first
+                .steal_ms
+                .zip(last.steal_ms)
+                .map(|(from, to)| to.saturating_sub(from) as f64 / 1000.0 / (last.t_s - first.t_s)),
             _ => None,
         },
         work: match (samples.first(), samples.last()) {

@@ -47,7 +47,37 @@ pub fn process_cpu_ms() -> u64 {
     ms(usage.ru_utime) + ms(usage.ru_stime)
 }
 
+/// CPU time the host has taken from this machine's cores so far (Linux's steal time, all
+/// cores), in ms; `None` where `/proc/stat` does not say. On a shared virtual machine a
+/// neighbour's burst slows every stage at once: a round it falls on is not comparable.
+pub fn host_steal_ms() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    // SAFETY: sysconf only reads a configuration value.
+    let ticks_per_s = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let ticks = steal_ticks(stat.lines().next()?)?;
+    (ticks_per_s > 0).then(|| ticks * 1000 / ticks_per_s as u64)
+}
+
+/// The steal field of `/proc/stat`'s summary line (`cpu user nice system idle iowait irq
+/// softirq steal …`, in clock ticks).
+fn steal_ticks(line: &str) -> Option<u64> {
+    let mut fields = line.split_whitespace();
+    (fields.next()? == "cpu").then_some(())?;
+    fields.nth(7)?.parse().ok()
+}
+
 /// This process's resident memory in MB (Linux's `/proc/self/status`), `None` elsewhere.
 pub fn resident_mb() -> Option<f64> {
     Some(sublet_engine::memory::resident_bytes()? as f64 / (1024.0 * 1024.0))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn steal_is_the_eighth_figure_of_the_summary_line() {
+        let line = "cpu  6761321 931826 411260 4270252 14395 0 34817 103257 0 0";
+        assert_eq!(super::steal_ticks(line), Some(103257));
+        assert_eq!(super::steal_ticks("cpu0 1 2 3 4 5 6 7 8 9 10"), None);
+        assert_eq!(super::steal_ticks("cpu  1 2 3"), None);
+    }
 }

@@ -331,18 +331,18 @@ fn by_round(md: &mut String, f: &Figures) {
          TTFT p95 | KV at budget | KV mean | KV preemptions | growth preemptions | held \
          request-steps | hold releases | first-sentence releases | prefill chunks | turn hints \
          | hints withdrawn | retained turns | retained hits | turn prompts cached | steps | \
-         scheduler per step | CPU, cores |"
+         scheduler per step | CPU, cores | host steal, cores |"
     );
     let _ = writeln!(
         md,
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     for (n, r) in f.rounds.iter().enumerate() {
         let (s, e) = (&r.summary, &r.engine);
         let _ = writeln!(
             md,
             "| {} | {} | {} | {} | {} | {:.2} s | {} | {:.2} | {:.2} s | {:.0}% | {:.0}% | {} | \
-             {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} µs | {} |",
+             {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} µs | {} | {} |",
             n + 1,
             r.condition,
             r.callers,
@@ -369,12 +369,15 @@ fn by_round(md: &mut String, f: &Figures) {
             e.steps,
             e.scheduler_us_per_step,
             e.cpu_cores.map_or("–".into(), |c| format!("{c:.2}")),
+            e.steal_cores.map_or("–".into(), |c| format!("{c:.2}")),
         );
     }
     let _ = writeln!(
         md,
         "\nCPU, cores: the bench process's CPU time (engine, voice pipeline, replayer; not \
-         AIPerf) over the round's wall time.\n"
+         AIPerf) over the round's wall time. Host steal, cores: the CPU time the host took \
+         from this machine's cores over the round (Linux's steal time; – where not \
+         recorded): a round with steal is not comparable with one without.\n"
     );
     if !f.pairs.is_empty() {
         let _ = writeln!(

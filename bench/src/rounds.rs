@@ -137,6 +137,7 @@ pub fn run_round(plan: &RoundPlan) -> Result<RoundRecord> {
                     steps: state.counters.steps,
                     schedule_ns: state.schedule_ns,
                     cpu_ms: crate::process_cpu_ms(),
+                    steal_ms: crate::host_steal_ms(),
                     prefill_tokens: state.counters.prefill_tokens,
                     decode_tokens: state.counters.decode_tokens,
                     call_prefill_tokens: state.counters.call_prefill_tokens,

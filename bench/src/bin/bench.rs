@@ -484,6 +484,17 @@ fn print_table(report: &BenchReport) {
             us
         );
     }
+    // A neighbour's burst on a shared host slows a whole round: say which rounds had one.
+    let steal: Vec<String> = f
+        .rounds
+        .iter()
+        .map(|r| {
+            r.engine
+                .steal_cores
+                .map_or("–".into(), |c| format!("{c:.2}"))
+        })
+        .collect();
+    println!("host steal by round, cores: {}", steal.join(" "));
     for p in &f.pairs {
         println!(
             "pair seed {}, {} callers: p95 voice to voice off/on {:.2}x, agent throughput on/off \

@@ -35,6 +35,7 @@ fn sample(t_s: f64, kv: usize, held: u64, waiting: usize) -> Sample {
         steps: held * 10,
         schedule_ns: held * 10 * 40_000,
         cpu_ms: (t_s * 1500.0) as u64,
+        steal_ms: Some((t_s * 100.0) as u64),
         prefill_tokens: held * 30,
         decode_tokens: held * 20,
         call_prefill_tokens: held * 10,
@@ -108,6 +109,8 @@ fn rounds_pair_by_seed_and_conditions_pool() {
     assert!((on.scheduler_us_per_step - 40.0).abs() < 1e-9);
     // 16.5 s of CPU over the 11 s the samples span.
     assert!((engine.cpu_cores.unwrap() - 1.5).abs() < 1e-9);
+    // 1.1 s taken by the host over the same 11 s.
+    assert!((engine.steal_cores.unwrap() - 0.1).abs() < 1e-9);
     assert_eq!(engine.retained_hits, 5);
     assert!((engine.turn_prompt_cached_share.unwrap() - 0.75).abs() < 1e-12);
     // The counters grew by 10 "held" units: the calls' share is taken out of the totals.
@@ -125,16 +128,18 @@ fn rounds_pair_by_seed_and_conditions_pool() {
     let mut old = rounds[1].samples.clone();
     for s in &mut old {
         (s.cpu_ms, s.turn_prompt_tokens, s.turn_cached_tokens) = (0, 0, 0);
+        s.steal_ms = None;
         (s.prefill_tokens, s.call_prefill_tokens) = (0, 0);
     }
     let engine = engine_figures(&old, 10.0);
     assert_eq!(
         (
             engine.cpu_cores,
+            engine.steal_cores,
             engine.turn_prompt_cached_share,
             engine.work
         ),
-        (None, None, None)
+        (None, None, None, None)
     );
     assert!((on.stage_means_s[4] - 1.3).abs() < 1e-12);
 }
