@@ -447,6 +447,11 @@ pub fn engine_figures(samples: &[Sample], window_s: f64) -> EngineFigures {
         _ => 0,
     };
     let steps = grew(|s| s.steps);
+    // The wall time the samples span, for the CPU figures per second of it.
+    let span_s = match (samples.first(), samples.last()) {
+        (Some(first), Some(last)) if last.t_s > first.t_s => Some(last.t_s - first.t_s),
+        _ => None,
+    };
     EngineFigures {
         at_budget_share: in_window
             .iter()
@@ -470,19 +475,13 @@ pub fn engine_figures(samples: &[Sample], window_s: f64) -> EngineFigures {
         },
         steps,
         scheduler_us_per_step: grew(|s| s.schedule_ns) as f64 / 1000.0 / steps.max(1) as f64,
-        cpu_cores: match (samples.first(), samples.last()) {
-            (Some(first), Some(last)) if last.t_s > first.t_s && last.cpu_ms > 0 => {
-                Some(grew(|s| s.cpu_ms) as f64 / 1000.0 / (last.t_s - first.t_s))
-            }
-            _ => None,
-        },
-        steal_cores: match (samples.first(), samples.last()) {
-            (Some(first), Some(last)) if last.t_s > first.t_s => first
-                .steal_ms
-                .zip(last.steal_ms)
-                .map(|(from, to)| to.saturating_sub(from) as f64 / 1000.0 / (last.t_s - first.t_s)),
-            _ => None,
-        },
+        cpu_cores: span_s
+            .filter(|_| samples.last().is_some_and(|last| last.cpu_ms > 0))
+            .map(|span_s| grew(|s| s.cpu_ms) as f64 / 1000.0 / span_s),
+        steal_cores: span_s.and_then(|span_s| {
+            let (first, last) = (samples.first()?, samples.last()?);
+            Some(last.steal_ms?.saturating_sub(first.steal_ms?) as f64 / 1000.0 / span_s)
+        }),
         work: match (samples.first(), samples.last()) {
             (Some(first), Some(last)) if grew(|s| s.prefill_tokens) > 0 => {
                 let (call_prompt, call_decoded) = (
