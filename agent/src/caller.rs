@@ -95,6 +95,29 @@ impl Caller {
         self.speculate()
     }
 
+    /// Whether the caller's speech since `since_s` held words, from the early transcript of
+    /// that speech up to its latest voiced frame (started now if it was not yet, and waited
+    /// for), when the turn began with this speech: `None` when there is no such transcript,
+    /// and the caller must transcribe the speech themselves. An interruption's word check
+    /// then costs no second transcription of the same audio beside the early one: on a
+    /// recorded call that talked over a long reply, the two at once held the detector 0.43 s
+    /// behind the caller at the end of the turn.
+    pub(crate) fn early_words(&mut self, since_s: f64) -> Result<Option<bool>> {
+        let (Some(early), Some(turn_start_s), Some(voiced_until_s)) = (
+            self.early.as_mut(),
+            self.detector.turn_start_s(),
+            self.detector.voiced_until_s(),
+        ) else {
+            return Ok(None);
+        };
+        if (turn_start_s - since_s).abs() > 1e-9 {
+            return Ok(None);
+        }
+        Ok(early
+            .text_at(&self.detector, voiced_until_s)?
+            .map(|text| !text.trim().is_empty()))
+    }
+
     /// Starts the early transcript once the caller has been quiet a moment, before the stop
     /// is certain (and calls off one whose stop they spoke past); tells the engine a turn
     /// may be coming once the quiet lasts the turn's padding.

@@ -137,21 +137,9 @@ impl EarlyTranscript {
         speech_end_s: f64,
     ) -> Result<Option<AtStop<'_>>> {
         let decided = Instant::now();
-        self.call_off_before(speech_end_s);
-        self.collect_ready();
-        let mut ahead = true;
-        loop {
-            match (&self.finished, self.in_flight.is_some()) {
-                (Some(done), _) if same(done.speech_end_s, speech_end_s) => break,
-                (_, true) => self.collect_one()?,
-                (_, false) => {
-                    ahead = false;
-                    if !self.send(detector, speech_end_s)? {
-                        return Ok(None);
-                    }
-                }
-            }
-        }
+        let Some(ahead) = self.finish(detector, speech_end_s)? else {
+            return Ok(None);
+        };
         let done = self.finished.as_ref().expect("collected above");
         let text = match &done.text {
             Ok(Some(text)) => text.as_str(),
@@ -164,6 +152,49 @@ impl EarlyTranscript {
             after_decision_s: decided.elapsed().as_secs_f64(),
             ahead,
         }))
+    }
+
+    /// The turn's words up to speech that ended at `speech_end_s`, transcribed as its stop's
+    /// early transcript (started now if it was not yet, waiting for it): `None` when the
+    /// detector holds no turn or the transcription failed. For another question about the
+    /// same speech, such as whether an interruption held words, so that Whisper does not
+    /// transcribe the same audio twice at once, and the answer serves the stop too.
+    pub(crate) fn text_at(
+        &mut self,
+        detector: &TurnDetector,
+        speech_end_s: f64,
+    ) -> Result<Option<&str>> {
+        if self.finish(detector, speech_end_s)?.is_none() {
+            return Ok(None);
+        }
+        Ok(match &self.finished {
+            Some(Done {
+                text: Ok(Some(text)),
+                ..
+            }) => Some(text.as_str()),
+            _ => None,
+        })
+    }
+
+    /// Waits until the transcript of the stop at `speech_end_s` is in `finished`, sending it
+    /// first if no job holds it: `Some(ahead)`, whether it was started before this call, or
+    /// `None` when the detector holds no turn.
+    fn finish(&mut self, detector: &TurnDetector, speech_end_s: f64) -> Result<Option<bool>> {
+        self.call_off_before(speech_end_s);
+        self.collect_ready();
+        let mut ahead = true;
+        loop {
+            match (&self.finished, self.in_flight.is_some()) {
+                (Some(done), _) if same(done.speech_end_s, speech_end_s) => return Ok(Some(ahead)),
+                (_, true) => self.collect_one()?,
+                (_, false) => {
+                    ahead = false;
+                    if !self.send(detector, speech_end_s)? {
+                        return Ok(None);
+                    }
+                }
+            }
+        }
     }
 
     /// At the end of a turn whose speech ended at `speech_end_s`: the transcript taken at

@@ -50,7 +50,7 @@ use sublet_turn_detect::{EndpointConfig, TurnDetector};
 pub use barge_in::InterruptionConfig;
 pub use call::{CallObserver, CallOutcome, Pacing, Quiet, ReplyTrack};
 pub use early_transcript::EARLY_TRANSCRIPT_AFTER_S;
-pub use live::{Interruption, InterruptionOutcome};
+pub use live::{Interruption, InterruptionOutcome, WordCheck};
 pub use persona::{Persona, VoiceSettings};
 pub use playout::Playout;
 pub use record::{clip, stage_medians, turn_table, TurnOutcome, TurnRecord, STAGE_NAMES};

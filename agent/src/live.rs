@@ -32,6 +32,17 @@ pub struct Interruption {
     /// When the agent's audio was stopped (paused, or cut at once).
     pub stopped_s: f64,
     pub outcome: InterruptionOutcome,
+    /// How its words were checked; `None` when it was too short to check.
+    pub words_checked: Option<WordCheck>,
+}
+
+/// Where an interruption's word check took its words from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WordCheck {
+    /// The early transcript of the interrupting speech, the one its stop uses too.
+    EarlyTranscript,
+    /// A transcription of its own (no early transcript covers that speech).
+    OwnTranscript,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -65,6 +76,7 @@ impl VoiceAgent {
             stopped_s: 0.0,
             recent: VecDeque::new(),
             recent_start: 0,
+            words_checked: None,
         };
         let mut consumed = 0usize;
         let (turns_tx, turns_rx) = mpsc::channel::<TurnWork>();
@@ -122,13 +134,7 @@ impl VoiceAgent {
                     )?;
                     let now_s = consumed as f64 / SPEECH_RATE as f64;
                     let voiced_until_s = caller.detector.voiced_until_s();
-                    interruptions.step(
-                        now_s,
-                        voiced_until_s,
-                        caller.stt.as_mut(),
-                        playout,
-                        observer,
-                    )?;
+                    interruptions.step(now_s, voiced_until_s, &mut caller, playout, observer)?;
                     if let (Some(every_s), Some(since_s)) = (
                         self.config.partial_transcripts_s,
                         interruptions.caller_speech_s,
@@ -172,6 +178,8 @@ struct Interruptions {
     /// The caller's latest audio, from sample `recent_start` of the call.
     recent: VecDeque<f32>,
     recent_start: usize,
+    /// How the interruption in progress had its words checked.
+    words_checked: Option<WordCheck>,
 }
 
 impl Interruptions {
@@ -211,26 +219,34 @@ impl Interruptions {
         &mut self,
         now_s: f64,
         voiced_until_s: Option<f64>,
-        mut stt: Option<&mut Transcriber>,
+        caller: &mut Caller,
         playout: &Playout,
         observer: &mut dyn CallObserver,
     ) -> Result<()> {
-        let caller = self.caller_speech_s.map(|started_s| CallerSpeech {
+        let speech = self.caller_speech_s.map(|started_s| CallerSpeech {
             started_s,
             voiced_until_s: voiced_until_s.unwrap_or(started_s).max(started_s),
         });
-        let mut action = self.rules.on_frame(now_s, caller, playout.speaking());
+        let mut action = self.rules.on_frame(now_s, speech, playout.speaking());
         while let Some(next) = action.take() {
             match next {
                 BargeInAction::Pause => {
+                    self.words_checked = None;
                     playout.pause();
                     self.stopped_s = now_s;
                     self.speech_s = self.caller_speech_s.unwrap_or(now_s);
                 }
                 BargeInAction::CheckWords { since_s } => {
-                    let words = match stt.as_deref_mut() {
-                        Some(stt) => !self.transcribe_since(Some(stt), since_s)?.trim().is_empty(),
-                        None => true,
+                    let words = match (caller.early_words(since_s)?, caller.stt.as_mut()) {
+                        (Some(words), _) => {
+                            self.words_checked = Some(WordCheck::EarlyTranscript);
+                            words
+                        }
+                        (None, Some(stt)) => {
+                            self.words_checked = Some(WordCheck::OwnTranscript);
+                            !self.transcribe_since(Some(stt), since_s)?.trim().is_empty()
+                        }
+                        (None, None) => true,
                     };
                     action = self.rules.on_words(words);
                 }
@@ -240,6 +256,7 @@ impl Interruptions {
                         speech_s: self.speech_s,
                         stopped_s: self.stopped_s,
                         outcome: InterruptionOutcome::Resumed,
+                        words_checked: self.words_checked.take(),
                     });
                 }
                 BargeInAction::Cut => {
@@ -254,8 +271,10 @@ impl Interruptions {
                             speech_s: self.speech_s,
                             stopped_s: self.stopped_s,
                             outcome: InterruptionOutcome::Cut { turn, heard },
+                            words_checked: self.words_checked,
                         });
                     }
+                    self.words_checked = None;
                 }
             }
         }

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use sublet_agent::{
     AgentConfig, CallObserver, Interruption, InterruptionOutcome, Playout, TurnRecord, VoiceAgent,
+    WordCheck,
 };
 use sublet_audio::{read_wav, SPEECH_RATE};
 use sublet_models::ModelCache;
@@ -189,6 +190,8 @@ fn talking_over_the_agent_stops_it_and_gets_an_answer() {
         .expect("the reply was cut");
     let (event, turn, heard) = cut;
     assert_eq!(turn, 1);
+    // Its words came from the transcript its stop takes anyway, not a second one beside it.
+    assert_eq!(event.words_checked, Some(WordCheck::EarlyTranscript));
     let reply = &seen.turns[0].reply;
     // The history keeps what was heard: a start of the reply, not all of it.
     let heard_words: Vec<&str> = heard.split_whitespace().collect();

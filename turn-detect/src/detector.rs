@@ -77,6 +77,11 @@ impl TurnDetector {
         self.rules.voiced_until_s()
     }
 
+    /// When the turn in progress began (its first speech), while there is one.
+    pub fn turn_start_s(&self) -> Option<f64> {
+        self.rules.turn_start_s()
+    }
+
     /// Feeds 16 kHz samples of any length; returns the events they caused, in order.
     pub fn push(&mut self, samples: &[f32]) -> Result<Vec<TurnEvent>> {
         let mut events = Vec::new();
