@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use anyhow::Result;
 use sublet_stt::Transcriber;
-use sublet_turn_detect::{TurnDetector, TurnEvent, TURN_PAD_S};
+use sublet_turn_detect::{TurnDetector, TurnEvent};
 
 use crate::call::CallObserver;
 use crate::dispatch::{ComingHint, Dispatch, DispatchRules, TurnDispatch};
@@ -132,12 +132,10 @@ impl Caller {
         if quiet_s >= self.early_after_s {
             early.speculate(&self.detector, voiced_until_s)?;
         }
-        // The caller went quiet: the engine clears the way for the turn now, while Whisper
-        // transcribes it, and until the turn reaches it. Not at the transcript's own start:
-        // most shorter quiets are a breath mid-sentence, and each would keep the agents'
-        // steps small for a while.
+        // The caller is in a turn: the engine keeps the way clear for it from their first
+        // words until the turn reaches it (`ComingHint` says why).
         let now_s = self.detector.position_s();
-        if self.coming.due(voiced_until_s, quiet_s, now_s, TURN_PAD_S) {
+        if self.coming.due(voiced_until_s, quiet_s.max(0.0), now_s) {
             if let Some(hint) = &self.hint {
                 hint.coming();
             }
