@@ -118,24 +118,24 @@ impl Caller {
             .map(|text| !text.trim().is_empty()))
     }
 
-    /// Starts the early transcript once the caller has been quiet a moment, before the stop
-    /// is certain (and calls off one whose stop they spoke past); tells the engine a turn
-    /// may be coming once the quiet lasts the turn's padding.
+    /// While the caller is in a turn: starts the early transcript once they have been quiet
+    /// a moment, before the stop is certain (and calls off one whose stop they spoke past),
+    /// and tells the engine that the turn is under way.
     fn speculate(&mut self) -> Result<()> {
-        let (Some(early), Some(voiced_until_s)) =
-            (self.early.as_mut(), self.detector.voiced_until_s())
-        else {
+        let Some(voiced_until_s) = self.detector.voiced_until_s() else {
             return Ok(());
         };
-        early.call_off_before(voiced_until_s);
-        let quiet_s = self.detector.position_s() - voiced_until_s + 1e-9;
-        if quiet_s >= self.early_after_s {
-            early.speculate(&self.detector, voiced_until_s)?;
-        }
-        // The caller is in a turn: the engine keeps the way clear for it from their first
-        // words until the turn reaches it (`ComingHint` says why).
         let now_s = self.detector.position_s();
-        if self.coming.due(voiced_until_s, quiet_s.max(0.0), now_s) {
+        let quiet_s = (now_s - voiced_until_s + 1e-9).max(0.0);
+        if let Some(early) = self.early.as_mut() {
+            early.call_off_before(voiced_until_s);
+            if quiet_s >= self.early_after_s {
+                early.speculate(&self.detector, voiced_until_s)?;
+            }
+        }
+        // The engine keeps the way clear for the turn from the caller's first words until it
+        // arrives (`ComingHint` says why).
+        if self.coming.due(voiced_until_s, quiet_s, now_s) {
             if let Some(hint) = &self.hint {
                 hint.coming();
             }
