@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use anyhow::Result;
 use sublet_stt::Transcriber;
-use sublet_turn_detect::{TurnDetector, TurnEvent};
+use sublet_turn_detect::{TurnDetector, TurnEvent, TURN_PAD_S};
 
 use crate::call::CallObserver;
 use crate::dispatch::{ComingHint, Dispatch, DispatchRules, TurnDispatch};
@@ -120,7 +120,7 @@ impl Caller {
 
     /// While the caller is in a turn: starts the early transcript once they have been quiet
     /// a moment, before the stop is certain (and calls off one whose stop they spoke past),
-    /// and tells the engine that the turn is under way.
+    /// and tells the engine a turn may be coming once the quiet lasts the turn's padding.
     fn speculate(&mut self) -> Result<()> {
         let Some(voiced_until_s) = self.detector.voiced_until_s() else {
             return Ok(());
@@ -133,9 +133,11 @@ impl Caller {
                 early.speculate(&self.detector, voiced_until_s)?;
             }
         }
-        // The engine keeps the way clear for the turn from the caller's first words until it
-        // arrives (`ComingHint` says why).
-        if self.coming.due(voiced_until_s, quiet_s, now_s) {
+        // The caller went quiet: the engine clears the way for the turn now, while Whisper
+        // transcribes it, and until the turn reaches it. Not while they speak: beside four
+        // callers that kept the agents' prompts in small chunks most of the time, and cost
+        // them throughput (`docs/benchmarking.md`, runs 33-35).
+        if self.coming.due(voiced_until_s, quiet_s, now_s, TURN_PAD_S) {
             if let Some(hint) = &self.hint {
                 hint.coming();
             }

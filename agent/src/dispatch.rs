@@ -95,49 +95,44 @@ impl TurnDispatch {
     }
 }
 
-/// A caller in a turn is told to the engine this often while their turn has not reached
+/// A quiet caller is told to the engine again this often while their turn has not reached
 /// it: well inside make-room's hold on a `coming` (1.2 s by default), so that the agents'
-/// steps stay small from the caller's first words until the turn arrives.
+/// steps stay small until the turn arrives however long its transcript takes.
 pub const COMING_AGAIN_AFTER_S: f64 = 0.5;
 
 /// Quiet beyond this is no turn on its way (the longest end-of-turn wait is 3 s): the
 /// engine is told no more.
 pub const COMING_AT_MOST_S: f64 = 3.0;
 
-/// When to tell the engine that a caller's turn may be coming (pure rules; the engine's
-/// side is `Scheduler::turn_coming`): while the caller is in a turn, speaking or quiet,
-/// every [`COMING_AGAIN_AFTER_S`] until the turn's request is sent (a preemptive reply or
-/// the answer: from then on the request itself keeps the steps small) or the quiet passes
-/// [`COMING_AT_MOST_S`].
-///
-/// Why from the first words and not once the caller goes quiet: on two cores with four
-/// callers beside the agents, the passes a turn waited for were agents' full prompt chunks
-/// begun while the caller still spoke; lowered beside the callers' own transcripts they
-/// ran 0.4-0.8 s, and no signal at the quiet could shorten them. Told from the first
-/// words, the agents' prompts run in small chunks while anyone speaks (the trace of one
-/// four-caller round: sent to first decoded token 166 ms mean, against 292 told at the
-/// quiet), and the agents computed no fewer prompt tokens.
+/// When to tell the engine that a quiet caller's turn may be coming (pure rules; the
+/// engine's side is `Scheduler::turn_coming`): once the quiet lasts the turn's padding,
+/// then every [`COMING_AGAIN_AFTER_S`] until the turn's request is sent (a preemptive
+/// reply or the answer: from then on the request itself keeps the steps small), the caller
+/// speaks again, or the quiet passes [`COMING_AT_MOST_S`]. Told once only, a hold that
+/// ran out while Whisper still transcribed let an agent's full prompt chunk start just
+/// before the turn arrived, and the turn waited for it.
 #[derive(Debug, Clone, Default)]
 pub struct ComingHint {
-    /// When the engine was last told (call time).
-    told_at_s: Option<f64>,
-    /// The stop (the end of its speech) whose turn has reached the engine.
+    /// The stop (the end of its speech) last told, and when (call time).
+    told: Option<(f64, f64)>,
+    /// The stop whose turn has reached the engine.
     sent_for: Option<f64>,
 }
 
 impl ComingHint {
-    /// Whether to tell the engine now: the caller's speech in this turn reached
-    /// `voiced_until_s` and they have been quiet `quiet_s` (0 while they speak) at call
-    /// time `now_s`.
-    pub fn due(&mut self, voiced_until_s: f64, quiet_s: f64, now_s: f64) -> bool {
-        if quiet_s > COMING_AT_MOST_S || self.sent_for == Some(voiced_until_s) {
+    /// Whether to tell the engine now: the caller's speech ended at `voiced_until_s` and
+    /// they have been quiet `quiet_s` at call time `now_s`; `pad_s` is the quiet from which
+    /// a turn may be coming.
+    pub fn due(&mut self, voiced_until_s: f64, quiet_s: f64, now_s: f64, pad_s: f64) -> bool {
+        if quiet_s < pad_s || quiet_s > COMING_AT_MOST_S || self.sent_for == Some(voiced_until_s) {
             return false;
         }
-        let due = self
-            .told_at_s
-            .is_none_or(|at_s| now_s - at_s >= COMING_AGAIN_AFTER_S);
+        let due = match self.told {
+            Some((stop, at_s)) if stop == voiced_until_s => now_s - at_s >= COMING_AGAIN_AFTER_S,
+            _ => true,
+        };
         if due {
-            self.told_at_s = Some(now_s);
+            self.told = Some((voiced_until_s, now_s));
         }
         due
     }
@@ -267,28 +262,20 @@ mod tests {
     }
 
     #[test]
-    fn a_caller_in_a_turn_is_told_every_half_second_until_it_is_sent() {
+    fn a_quiet_caller_is_told_again_until_the_turn_is_sent() {
         let mut coming = ComingHint::default();
-        // Speaking: the latest voiced frame is now.
-        assert!(coming.due(1.0, 0.0, 1.0), "told from the first words");
-        assert!(!coming.due(1.3, 0.0, 1.3), "told 0.3 s ago");
-        assert!(
-            coming.due(1.5, 0.0, 1.5),
-            "the hold would run out: told again"
-        );
-        // Quiet after speech that ended at 2.0.
-        assert!(coming.due(2.0, 0.1, 2.1));
-        assert!(!coming.due(2.0, 0.5, 2.5));
-        assert!(coming.due(2.0, 0.6, 2.6));
+        let due = |c: &mut ComingHint, quiet: f64| c.due(2.0, quiet, 2.0 + quiet, 0.25);
+        assert!(!due(&mut coming, 0.1), "a breath is no turn");
+        assert!(due(&mut coming, 0.25));
+        assert!(!due(&mut coming, 0.5), "told 0.25 s ago");
+        assert!(due(&mut coming, 0.8), "the hold would run out: told again");
         coming.turn_sent(2.0);
+        assert!(!due(&mut coming, 1.5), "the request holds the steps now");
+        // The caller spoke again and stopped: a new stop is told, and told again.
+        assert!(coming.due(4.0, 0.3, 4.3, 0.25));
+        assert!(coming.due(4.0, 0.9, 4.9, 0.25));
         assert!(
-            !coming.due(2.0, 1.5, 3.5),
-            "the request holds the steps now"
-        );
-        // The caller spoke on past the stop: their turn is told again.
-        assert!(coming.due(4.0, 0.0, 4.0));
-        assert!(
-            !coming.due(4.0, 3.2, 7.2),
+            !coming.due(4.0, 3.2, 7.2, 0.25),
             "no turn comes after 3 s of quiet"
         );
     }

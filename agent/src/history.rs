@@ -90,8 +90,8 @@ impl TurnHint {
         self.engine.turn_hint(self.call_id, self.conversation())
     }
 
-    /// The hint without its one-token request: the caller is in a turn, and the engine
-    /// makes room for it, computing nothing for it yet.
+    /// The hint without its one-token request: the caller went quiet, and the engine
+    /// makes room for a turn that may follow, computing nothing for it.
     pub fn coming(&self) {
         self.engine.turn_coming();
     }

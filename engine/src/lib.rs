@@ -263,7 +263,7 @@ impl Engine {
         Ok(())
     }
 
-    /// A caller is in a turn, which may end soon: make-room keeps its next
+    /// A caller has gone quiet, and their turn may be coming: make-room keeps its next
     /// steps small for a while (computing nothing for the turn, holding no one back), so
     /// the pass in flight when the turn arrives is short.
     pub fn turn_coming(&self) {

@@ -27,7 +27,7 @@ pub struct Scheduler {
     pub(crate) requests: BTreeMap<u64, Request>,
     next_admission: u64,
     hints: Vec<Hint>,
-    /// Until when a caller in a turn keeps the steps small (see [`Scheduler::turn_coming`]).
+    /// Until when a caller gone quiet keeps the steps small (see [`Scheduler::turn_coming`]).
     coming_until_ms: u64,
     pub(crate) retained: Vec<Retained>,
     /// The most urgent priority the last plan computes for (see [`crate::Admitted`]).
@@ -73,10 +73,10 @@ impl Scheduler {
         }
     }
 
-    /// A caller is in a turn, which may end at their next quiet: with the turn hint on,
-    /// steps take the small chunk for `hint_hold_ms`, so the pass in flight when the turn
-    /// arrives is short. Nothing is held: the turn may go on for seconds, and its own
-    /// arrival holds what it must.
+    /// A caller went quiet, and their turn may follow (the voice agent is transcribing
+    /// it): with the turn hint on, steps take the small chunk for `hint_hold_ms`, so the
+    /// pass in flight when the turn arrives is short. Nothing is held: a quiet moment is
+    /// often a pause mid-sentence, and the turn's own arrival holds what it must.
     pub fn turn_coming(&mut self, now_ms: u64) {
         if self.config.switches.turn_hint {
             self.coming_until_ms = now_ms + self.config.hint_hold_ms;

@@ -160,7 +160,7 @@ impl MakeRoomHandle {
         }
     }
 
-    /// A caller is in a turn: the next steps are small (`make_room::Scheduler::turn_coming`).
+    /// A caller went quiet: the next steps are small (`make_room::Scheduler::turn_coming`).
     pub fn turn_coming(&self) {
         self.turn_coming.raise();
     }
