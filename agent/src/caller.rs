@@ -11,7 +11,7 @@ use sublet_turn_detect::{TurnDetector, TurnEvent, TURN_PAD_S};
 
 use crate::call::CallObserver;
 use crate::dispatch::{ComingHint, Dispatch, DispatchRules, TurnDispatch};
-use crate::early_transcript::EarlyTranscript;
+use crate::early_transcript::{same, EarlyTranscript};
 use crate::responder::{FinishedTurn, Responder, TurnHint, TurnWork};
 use crate::VoiceAgent;
 
@@ -110,7 +110,7 @@ impl Caller {
         ) else {
             return Ok(None);
         };
-        if (turn_start_s - since_s).abs() > 1e-9 {
+        if !same(turn_start_s, since_s) {
             return Ok(None);
         }
         Ok(early

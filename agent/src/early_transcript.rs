@@ -270,8 +270,8 @@ impl EarlyTranscript {
     }
 }
 
-/// Two stops are the same stop (times computed from the same frame counts).
-fn same(a: f64, b: f64) -> bool {
+/// Two call times are the same moment (times computed from the same frame counts).
+pub(crate) fn same(a: f64, b: f64) -> bool {
     (a - b).abs() < 1e-9
 }
 

@@ -133,8 +133,7 @@ impl VoiceAgent {
                         &mut send,
                     )?;
                     let now_s = consumed as f64 / SPEECH_RATE as f64;
-                    let voiced_until_s = caller.detector.voiced_until_s();
-                    interruptions.step(now_s, voiced_until_s, &mut caller, playout, observer)?;
+                    interruptions.step(now_s, &mut caller, playout, observer)?;
                     if let (Some(every_s), Some(since_s)) = (
                         self.config.partial_transcripts_s,
                         interruptions.caller_speech_s,
@@ -218,11 +217,11 @@ impl Interruptions {
     fn step(
         &mut self,
         now_s: f64,
-        voiced_until_s: Option<f64>,
         caller: &mut Caller,
         playout: &Playout,
         observer: &mut dyn CallObserver,
     ) -> Result<()> {
+        let voiced_until_s = caller.detector.voiced_until_s();
         let speech = self.caller_speech_s.map(|started_s| CallerSpeech {
             started_s,
             voiced_until_s: voiced_until_s.unwrap_or(started_s).max(started_s),
