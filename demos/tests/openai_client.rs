@@ -3,31 +3,91 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use sublet_livekit_testserver::TestServer;
 use sublet_models::ModelCache;
 
-struct Server(Child);
+/// A child process the test owns: killed when dropped, its stderr echoed, and its exit
+/// status printed if it ends on its own (a signal names a crash the child could not report).
+struct Server {
+    child: Arc<Mutex<Child>>,
+    /// Set when the test kills the child, whose end then needs no report.
+    killing: Arc<AtomicBool>,
+}
 
 impl Server {
     /// Owns `child` (killed when dropped) and echoes its stderr after `label`.
     fn watched(label: &'static str, mut child: Child) -> Self {
         let stderr = child.stderr.take().unwrap();
+        let child = Arc::new(Mutex::new(child));
+        let killing = Arc::new(AtomicBool::new(false));
+        let (watched, killed) = (Arc::clone(&child), Arc::clone(&killing));
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 eprintln!("[{label}] {line}");
             }
+            // Stderr closes when the child exits; say how, unless the test is killing it.
+            for _ in 0..50 {
+                let status = watched.lock().unwrap().try_wait();
+                if killed.load(Ordering::SeqCst) {
+                    return;
+                }
+                if let Ok(Some(status)) = status {
+                    eprintln!("[{label}] exited: {}", describe(status));
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
         });
-        Self(child)
+        Self { child, killing }
+    }
+
+    /// Waits for `/health` on `port`, failing at once if the child has ended.
+    fn wait_healthy(&self, port: u16) {
+        let started = Instant::now();
+        while !healthy(port) {
+            let ended = self.child.lock().unwrap().try_wait();
+            if let Ok(Some(status)) = ended {
+                panic!(
+                    "the server ended before it was healthy: {}",
+                    describe(status)
+                );
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(120),
+                "server did not come up"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+/// An exit status with the signal that ended it, if one did.
+fn describe(status: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (_, Some(signal)) => format!(
+            "killed by signal {signal} (core dumped: {})",
+            status.core_dumped()
+        ),
+        (Some(code), None) => format!("exit code {code}"),
+        (None, None) => format!("{status}"),
     }
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        self.killing.store(true, Ordering::SeqCst);
+        let mut child = self
+            .child
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let _ = child.kill();
+        let _ = child.wait();
     }
 }
 
@@ -64,8 +124,8 @@ fn the_official_openai_client_is_served() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let _server = Server::watched("serve", child);
-    wait_healthy(port);
+    let server = Server::watched("serve", child);
+    server.wait_healthy(port);
     let metrics = check_served(port);
     assert!(
         !metrics.contains("sublet_make_room_switch"),
@@ -101,8 +161,8 @@ fn the_worker_serves_agents_on_the_calls_engine() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let _worker = Server::watched("worker", child);
-    wait_healthy(port);
+    let worker = Server::watched("worker", child);
+    worker.wait_healthy(port);
     let started = Instant::now();
     while livekit.worker_statuses().is_empty() {
         assert!(
@@ -115,17 +175,6 @@ fn the_worker_serves_agents_on_the_calls_engine() {
     for switch in ["priority", "kv_preemption", "decode_hold", "turn_hint"] {
         let line = format!("sublet_make_room_switch{{switch=\"{switch}\"}} 1");
         assert!(metrics.contains(&line), "{line} in {metrics}");
-    }
-}
-
-fn wait_healthy(port: u16) {
-    let started = Instant::now();
-    while !healthy(port) {
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "server did not come up"
-        );
-        std::thread::sleep(Duration::from_millis(200));
     }
 }
 
