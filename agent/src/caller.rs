@@ -12,6 +12,7 @@ use sublet_turn_detect::{TurnDetector, TurnEvent, TURN_PAD_S};
 use crate::call::CallObserver;
 use crate::dispatch::{ComingHint, Dispatch, DispatchRules, TurnDispatch};
 use crate::early_transcript::{same, EarlyTranscript};
+use crate::pool::Pooled;
 use crate::responder::{FinishedTurn, Responder, TurnHint, TurnWork};
 use crate::VoiceAgent;
 
@@ -27,10 +28,10 @@ pub(crate) enum CallClock {
 
 /// One caller, heard frame by frame.
 pub(crate) struct Caller {
-    pub(crate) detector: TurnDetector,
+    pub(crate) detector: Pooled<TurnDetector>,
     /// The call loop's Whisper context, on a live call: the interruption checks and
     /// partial transcripts (the early transcripts have a context and thread of their own).
-    pub(crate) stt: Option<Transcriber>,
+    pub(crate) stt: Option<Pooled<Transcriber>>,
     early: Option<EarlyTranscript>,
     dispatch: TurnDispatch,
     hint: Option<TurnHint>,

@@ -24,6 +24,8 @@ use sublet_audio::SPEECH_RATE;
 use sublet_stt::Transcriber;
 use sublet_turn_detect::{transcript_cue, TurnDetector, TURN_PAD_S};
 
+use crate::pool::Pooled;
+
 /// Quiet after the caller's last speech at which their words so far are transcribed, by
 /// default (`AgentConfig::early_transcript_after_s`): four of the VAD's 32 ms frames. The
 /// 13 turns of the bundled calls came out word for word the same with their padding's last
@@ -76,7 +78,7 @@ pub(crate) struct AtStop<'a> {
 
 impl EarlyTranscript {
     /// Loads the worker's Whisper context and starts its thread.
-    pub(crate) fn start(stt: Transcriber) -> Result<Self> {
+    pub(crate) fn start(stt: Pooled<Transcriber>) -> Result<Self> {
         let (jobs, inbox) = mpsc::channel::<Job>();
         let (outbox, done) = mpsc::channel::<Done>();
         let worker = std::thread::Builder::new()

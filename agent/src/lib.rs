@@ -32,6 +32,7 @@ mod history;
 mod live;
 pub mod persona;
 pub mod playout;
+mod pool;
 pub mod record;
 pub mod responder;
 pub mod sentence;
@@ -47,12 +48,15 @@ use sublet_stt::{SpeechModel, Transcriber};
 use sublet_tts::Voice;
 use sublet_turn_detect::{EndpointConfig, TurnDetector};
 
+use pool::Pool;
+
 pub use barge_in::InterruptionConfig;
 pub use call::{CallObserver, CallOutcome, Pacing, Quiet, ReplyTrack};
 pub use early_transcript::EARLY_TRANSCRIPT_AFTER_S;
 pub use live::{Interruption, InterruptionOutcome, WordCheck};
 pub use persona::{Persona, VoiceSettings};
 pub use playout::Playout;
+pub use pool::{Pooled, KEPT_IDLE};
 pub use record::{clip, stage_medians, turn_table, TurnOutcome, TurnRecord, STAGE_NAMES};
 pub use responder::{
     AudioOut, FinishedTurn, ReplyCutter, Responder, SpokenSentence, TurnHint, TurnWork,
@@ -164,6 +168,18 @@ pub struct VoiceAgent {
     /// memory growing with every call).
     speech: Arc<OnceLock<SpeechModel>>,
     memory: Arc<std::sync::Mutex<SpeechMemory>>,
+    /// Each call's own models, kept loaded between calls ([`pool`]).
+    voices: Pool<Voice>,
+    detectors: Pool<TurnDetector>,
+    transcribers: Pool<Transcriber>,
+}
+
+/// Each call's models loaded and idle ([`VoiceAgent::idle_models`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct IdleModels {
+    pub voices: usize,
+    pub detectors: usize,
+    pub transcribers: usize,
 }
 
 /// The heap each speech model took at its latest load (`None` before it, or off glibc):
@@ -172,9 +188,9 @@ pub struct VoiceAgent {
 pub struct SpeechMemory {
     /// Whisper (whisper.cpp), loaded once and shared by every call.
     pub whisper_bytes: Option<u64>,
-    /// Silero VAD and Smart Turn (ONNX Runtime), loaded for each call.
+    /// Silero VAD and Smart Turn (ONNX Runtime), loaded for a call that finds none idle.
     pub turn_detector_bytes: Option<u64>,
-    /// Piper (ONNX Runtime) and its phonemizer, loaded for each call.
+    /// Piper (ONNX Runtime) and its phonemizer, loaded for a call that finds none idle.
     pub voice_bytes: Option<u64>,
 }
 
@@ -192,6 +208,9 @@ impl VoiceAgent {
             config,
             speech: Arc::default(),
             memory: Arc::default(),
+            voices: Pool::default(),
+            detectors: Pool::default(),
+            transcribers: Pool::default(),
         }
     }
 
@@ -203,29 +222,47 @@ impl VoiceAgent {
             config,
             speech: self.speech.clone(),
             memory: self.memory.clone(),
+            voices: self.voices.clone(),
+            detectors: self.detectors.clone(),
+            transcribers: self.transcribers.clone(),
         }
     }
 
     /// A transcriber of the call's own over the shared speech model.
-    pub(crate) fn transcriber(&self) -> Result<Transcriber> {
-        let model = match self.speech.get() {
-            Some(model) => model,
-            None => {
-                let (loaded, bytes) = heap_taken_by(|| SpeechModel::load(&self.cache));
-                self.note_memory(|m| m.whisper_bytes = bytes);
-                let loaded = loaded?;
-                self.speech.get_or_init(|| loaded)
-            }
-        };
-        model.transcriber()
+    pub(crate) fn transcriber(&self) -> Result<Pooled<Transcriber>> {
+        self.transcribers.take(|| {
+            let model = match self.speech.get() {
+                Some(model) => model,
+                None => {
+                    let (loaded, bytes) = heap_taken_by(|| SpeechModel::load(&self.cache));
+                    self.note_memory(|m| m.whisper_bytes = bytes);
+                    let loaded = loaded?;
+                    self.speech.get_or_init(|| loaded)
+                }
+            };
+            model.transcriber()
+        })
     }
 
-    /// A turn detector for a new caller.
-    pub fn new_detector(&self) -> Result<TurnDetector> {
-        let (detector, bytes) =
-            heap_taken_by(|| TurnDetector::load(&self.cache, self.config.endpoint.clone()));
-        self.note_memory(|m| m.turn_detector_bytes = bytes);
-        detector
+    /// A turn detector for a new caller, one an earlier call left if any.
+    pub fn new_detector(&self) -> Result<Pooled<TurnDetector>> {
+        let mut detector = self.detectors.take(|| {
+            let (detector, bytes) =
+                heap_taken_by(|| TurnDetector::load(&self.cache, self.config.endpoint.clone()));
+            self.note_memory(|m| m.turn_detector_bytes = bytes);
+            detector
+        })?;
+        detector.reset(self.config.endpoint.clone());
+        Ok(detector)
+    }
+
+    /// How many of each call's models are loaded and idle, waiting for a call.
+    pub fn idle_models(&self) -> IdleModels {
+        IdleModels {
+            voices: self.voices.idle(),
+            detectors: self.detectors.idle(),
+            transcribers: self.transcribers.idle(),
+        }
     }
 
     /// What the speech models took at their latest loads.
@@ -239,9 +276,11 @@ impl VoiceAgent {
 
     /// A replier for a new call (its own transcriber, voice and chat history).
     pub fn new_responder(&self) -> Result<Responder> {
-        let (voice, bytes) = heap_taken_by(|| Voice::load(&self.cache));
-        self.note_memory(|m| m.voice_bytes = bytes);
-        let mut voice = voice?;
+        let mut voice = self.voices.take(|| {
+            let (voice, bytes) = heap_taken_by(|| Voice::load(&self.cache));
+            self.note_memory(|m| m.voice_bytes = bytes);
+            voice
+        })?;
         let own = voice.default_prosody();
         let settings = self.config.voice;
         voice.set_prosody(sublet_tts::Prosody {

@@ -142,7 +142,8 @@ impl VoiceAgent {
                         if now_s >= due {
                             // A partial transcript only shows the caller's words early: one
                             // that fails is skipped, the call goes on.
-                            match interruptions.transcribe_since(caller.stt.as_mut(), since_s) {
+                            match interruptions.transcribe_since(caller.stt.as_deref_mut(), since_s)
+                            {
                                 Ok(text) => observer.partial_transcript(&text),
                                 Err(e) => tracing::warn!("a partial transcript failed: {e:#}"),
                             }

@@ -16,6 +16,7 @@ use sublet_tts::Voice;
 use crate::dispatch::held_reply_stands;
 use crate::history::{ask, forget_from, lock, remember_reply, SharedMemory};
 pub use crate::history::{ReplyCutter, TurnHint};
+use crate::pool::Pooled;
 use crate::record::{TurnOutcome, TurnRecord};
 use crate::sentence::{speakable, ReplyLimit, SentenceSplitter};
 use crate::turn_failure::{AtStage, TurnFailure};
@@ -61,8 +62,8 @@ pub trait AudioOut {
 
 /// One call's replier: its models and its chat history.
 pub struct Responder {
-    stt: Transcriber,
-    voice: Voice,
+    stt: Pooled<Transcriber>,
+    voice: Pooled<Voice>,
     engine: Arc<Engine>,
     config: AgentConfig,
     /// Both sides of the call so far; shared with the call's [`TurnHint`] and
@@ -169,7 +170,12 @@ pub enum TurnWork {
 static NEXT_CALL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl Responder {
-    pub fn new(stt: Transcriber, voice: Voice, engine: Arc<Engine>, config: AgentConfig) -> Self {
+    pub fn new(
+        stt: Pooled<Transcriber>,
+        voice: Pooled<Voice>,
+        engine: Arc<Engine>,
+        config: AgentConfig,
+    ) -> Self {
         Self {
             stt,
             voice,

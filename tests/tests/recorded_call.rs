@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use sublet_agent::{AgentConfig, Pacing, Persona, Quiet, VoiceAgent};
+use sublet_agent::{AgentConfig, IdleModels, Pacing, Persona, Quiet, VoiceAgent};
 use sublet_audio::{read_wav, SPEECH_RATE};
 use sublet_engine::make_room::{PolicyConfig, Switches};
 use sublet_engine::{
@@ -57,6 +57,40 @@ fn a_three_turn_call_gets_three_timed_replies() {
         "agent said {:?}, whisper heard {heard:?}",
         first.reply
     );
+}
+
+/// A call's models stay loaded for the next call on the same agent: the second call loads
+/// none, and hears the same words.
+#[test]
+fn a_second_call_takes_the_models_the_first_left() {
+    let cache = ModelCache::from_env();
+    let call = read_wav(cache.call("three_turns.wav").unwrap()).unwrap();
+    let agent = VoiceAgent::load(cache.clone(), AgentConfig::default()).unwrap();
+    let answer = || {
+        agent
+            .answer_recording(&call, Pacing::Fast, SPEECH_RATE, &mut Quiet)
+            .unwrap()
+    };
+    assert_eq!(agent.idle_models(), IdleModels::default());
+    let first = answer();
+    // One voice, one detector, and the replier's and the early transcript's Whisper.
+    let left = IdleModels {
+        voices: 1,
+        detectors: 1,
+        transcribers: 2,
+    };
+    assert_eq!(agent.idle_models(), left);
+    let second = answer();
+    assert_eq!(agent.idle_models(), left, "the second call loaded none");
+    let heard = |outcome: &sublet_agent::CallOutcome| {
+        outcome
+            .turns
+            .iter()
+            .map(|t| t.transcript.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(heard(&first).len(), 3);
+    assert_eq!(heard(&second), heard(&first));
 }
 
 #[test]

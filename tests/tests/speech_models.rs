@@ -173,3 +173,73 @@ fn vad_finds_the_speech_spans_of_a_test_call() {
         );
     }
 }
+
+/// Every event a detector reports while hearing `samples` in 20 ms pushes.
+fn events_of(detector: &mut TurnDetector, samples: &[f32]) -> Vec<TurnEvent> {
+    samples
+        .chunks(320)
+        .flat_map(|chunk| detector.push(chunk).unwrap())
+        .collect()
+}
+
+/// An event without its audio, for messages.
+fn brief(event: &TurnEvent) -> String {
+    match event {
+        TurnEvent::EndOfTurn {
+            turn_start_s,
+            speech_end_s,
+            decided_s,
+            audio,
+            ..
+        } => format!(
+            "EndOfTurn {turn_start_s}..{speech_end_s} at {decided_s}, {} samples",
+            audio.len()
+        ),
+        other => format!("{other:?}"),
+    }
+}
+
+/// A worker keeps detectors between calls: one reset mid-speech hears the next call exactly
+/// as a freshly loaded one does.
+#[test]
+fn a_reset_detector_hears_the_next_call_as_a_new_one() {
+    let cache = cache();
+    let first = read_wav(cache.call("three_turns.wav").unwrap()).unwrap();
+    let next = read_wav(cache.call("quick_questions.wav").unwrap()).unwrap();
+
+    let mut fresh = TurnDetector::load(&cache, EndpointConfig::default()).unwrap();
+    let expected = events_of(&mut fresh, &next.samples);
+    let turns = |events: &[TurnEvent]| {
+        events
+            .iter()
+            .filter(|e| matches!(e, TurnEvent::EndOfTurn { .. }))
+            .count()
+    };
+    assert!(turns(&expected) >= 2, "the next call has turns");
+
+    // The first call, cut off one second into its second utterance.
+    let mut kept = TurnDetector::load(&cache, EndpointConfig::default()).unwrap();
+    let mut heard = Vec::new();
+    for chunk in first.samples.chunks(320) {
+        heard.extend(kept.push(chunk).unwrap());
+        let second_started = heard
+            .iter()
+            .filter_map(|e| match e {
+                TurnEvent::SpeechStarted { at_s } => Some(*at_s),
+                _ => None,
+            })
+            .nth(1);
+        if second_started.is_some_and(|at_s| kept.position_s() > at_s + 1.0) {
+            break;
+        }
+    }
+    assert!(kept.in_turn(), "cut off mid-turn");
+    kept.reset(EndpointConfig::default());
+    let after_reset = events_of(&mut kept, &next.samples);
+    assert!(
+        after_reset == expected,
+        "after the reset:\n{}\nfresh:\n{}",
+        after_reset.iter().map(brief).collect::<Vec<_>>().join("\n"),
+        expected.iter().map(brief).collect::<Vec<_>>().join("\n"),
+    );
+}

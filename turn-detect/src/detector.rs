@@ -63,6 +63,17 @@ impl TurnDetector {
         })
     }
 
+    /// The same models ready for a new call under `config`: nothing heard yet. Loading
+    /// takes ONNX Runtime a fraction of a CPU second; a worker keeps detectors between calls.
+    pub fn reset(&mut self, config: EndpointConfig) {
+        self.vad.reset();
+        self.rules = Endpointer::new(config);
+        self.pending.clear();
+        self.history.clear();
+        self.history_start = 0;
+        self.consumed = 0;
+    }
+
     /// Seconds of audio consumed so far.
     pub fn position_s(&self) -> f64 {
         self.consumed as f64 / RATE
