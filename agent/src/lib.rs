@@ -252,6 +252,7 @@ impl VoiceAgent {
             self.note_memory(|m| m.turn_detector_bytes = bytes);
             detector
         })?;
+        // A kept one heard another call, perhaps under another copy's endpoint settings.
         detector.reset(self.config.endpoint.clone());
         Ok(detector)
     }

@@ -46,7 +46,7 @@ impl<T> Pool<T> {
         };
         Ok(Pooled {
             item: Some(item),
-            home: Some(Arc::clone(&self.idle)),
+            home: Arc::clone(&self.idle),
         })
     }
 
@@ -58,18 +58,9 @@ impl<T> Pool<T> {
 
 /// A model one call uses; back to its pool when dropped.
 pub struct Pooled<T> {
+    /// `None` only while it is being dropped.
     item: Option<T>,
-    home: Option<Arc<Mutex<Vec<T>>>>,
-}
-
-impl<T> Pooled<T> {
-    /// A model of no pool, dropped with its user.
-    pub fn own(item: T) -> Self {
-        Self {
-            item: Some(item),
-            home: None,
-        }
-    }
+    home: Arc<Mutex<Vec<T>>>,
 }
 
 impl<T> Deref for Pooled<T> {
@@ -87,10 +78,10 @@ impl<T> DerefMut for Pooled<T> {
 
 impl<T> Drop for Pooled<T> {
     fn drop(&mut self) {
-        let (Some(item), Some(home)) = (self.item.take(), self.home.take()) else {
+        let Some(item) = self.item.take() else {
             return;
         };
-        let mut idle = lock(&home);
+        let mut idle = lock(&self.home);
         if idle.len() < KEPT_IDLE {
             idle.push(item);
             return;
@@ -142,10 +133,9 @@ mod tests {
     }
 
     #[test]
-    fn a_failed_load_takes_nothing_and_an_owned_model_returns_nowhere() {
+    fn a_failed_load_takes_nothing() {
         let pool: Pool<u8> = Pool::default();
         assert!(pool.take(|| anyhow::bail!("no model")).is_err());
-        drop(Pooled::own(1u8));
         assert_eq!(pool.idle(), 0);
     }
 }
