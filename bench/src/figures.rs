@@ -113,7 +113,7 @@ pub struct RoundRecord {
 }
 
 impl RoundRecord {
-    fn window_or(&self, default_s: f64) -> f64 {
+    pub(crate) fn window_or(&self, default_s: f64) -> f64 {
         if self.window_s > 0.0 {
             self.window_s
         } else {

@@ -40,6 +40,28 @@ pub struct BenchReport {
     pub rounds: Vec<RoundRecord>,
 }
 
+/// The windows of the rounds beside the agents, by number of callers ("120 s with 2
+/// callers, 75 s with 4"); the report's one window where the rounds did not record theirs.
+fn windows(report: &BenchReport) -> String {
+    let mut seen: Vec<(usize, f64)> = Vec::new();
+    for r in &report.rounds {
+        let window_s = r.window_or(report.window_s);
+        if r.condition != VOICE_ALONE && !seen.contains(&(r.callers, window_s)) {
+            seen.push((r.callers, window_s));
+        }
+    }
+    match seen.first() {
+        None => format!("{:.0} s", report.window_s),
+        Some((_, first_s)) if seen.iter().all(|(_, s)| s == first_s) => format!("{first_s:.0} s"),
+        _ => seen
+            .iter()
+            .filter(|(callers, _)| *callers > 0)
+            .map(|(callers, window_s)| format!("{window_s:.0} s with {callers} callers"))
+            .collect::<Vec<_>>()
+            .join(", "),
+    }
+}
+
 /// The five stages of a turn, in order, as `VoiceTurn::stages_s` holds them.
 pub const STAGES: [&str; 5] = [
     "end of turn",
@@ -83,9 +105,9 @@ pub fn markdown(report: &BenchReport, plots: &[(&str, &str)]) -> String {
         md,
         "- SLO: {}, each the voice-alone p95 voice to voice + 0.25 s; a turn with no reply, \
          or one slower than {FAILED_TURN_S:.0} s (timed out), counts as {FAILED_TURN_S:.0} s; \
-         the agents' figures cover each round's window ({:.0} s beside the agents).\n",
+         the agents' figures cover each round's window ({} beside the agents).\n",
         slos.join("; "),
-        report.window_s
+        windows(report)
     );
     headline(&mut md, f);
     by_condition(&mut md, f);
@@ -584,3 +606,6 @@ fn slowest_turns(md: &mut String, report: &BenchReport) {
 fn quoted(text: &str) -> String {
     format!("\"{}\"", sublet_agent::clip(text, 60).replace('|', "/"))
 }
+
+#[cfg(test)]
+mod tests;

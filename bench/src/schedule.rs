@@ -15,10 +15,9 @@ use crate::figures::{AGENTS_ALONE, MAKE_ROOM_OFF, MAKE_ROOM_ON, VOICE_ALONE};
 #[derive(Debug, Clone)]
 pub struct RunShape {
     /// One entry per number of callers: the count, its pairs of rounds beside the agents,
-    /// and its voice-alone time in minutes (split into one round more than it has pairs).
+    /// their rounds' window, and its voice-alone time in minutes (split into one round more
+    /// than it has pairs).
     pub counts: Vec<CallerCount>,
-    /// Each pair's rounds' window, minutes.
-    pub minutes: f64,
     /// The agents-alone round's window, minutes (0: none).
     pub agents_alone_minutes: f64,
     /// The first pair's seed; each later pair of a count adds its index.
@@ -29,6 +28,8 @@ pub struct RunShape {
 pub struct CallerCount {
     pub callers: usize,
     pub pairs: usize,
+    /// The window of each of its pairs' rounds, minutes.
+    pub minutes: f64,
     pub alone_minutes: f64,
 }
 
@@ -77,7 +78,7 @@ pub fn rounds(shape: &RunShape) -> Vec<RoundStep> {
                     condition,
                     seed,
                     callers: count.callers,
-                    window: minutes(shape.minutes),
+                    window: minutes(count.minutes),
                 });
             }
             steps.push(alone);
@@ -96,15 +97,16 @@ mod tests {
                 CallerCount {
                     callers: 4,
                     pairs: 1,
+                    minutes: 1.5,
                     alone_minutes: 1.0,
                 },
                 CallerCount {
                     callers: 2,
                     pairs: 2,
+                    minutes: 2.0,
                     alone_minutes: 1.5,
                 },
             ],
-            minutes: 2.0,
             agents_alone_minutes,
             seed: 7,
         }
@@ -131,8 +133,8 @@ mod tests {
                 (2, MAKE_ROOM_OFF, Some(8), 120),
                 (2, VOICE_ALONE, None, 30),
                 (4, VOICE_ALONE, None, 30),
-                (4, MAKE_ROOM_OFF, Some(7), 120),
-                (4, MAKE_ROOM_ON, Some(7), 120),
+                (4, MAKE_ROOM_OFF, Some(7), 90),
+                (4, MAKE_ROOM_ON, Some(7), 90),
                 (4, VOICE_ALONE, None, 30),
             ]
         );
@@ -147,8 +149,8 @@ mod tests {
             [
                 (2, VOICE_ALONE, None, 90),
                 (4, VOICE_ALONE, None, 30),
-                (4, MAKE_ROOM_OFF, Some(7), 120),
-                (4, MAKE_ROOM_ON, Some(7), 120),
+                (4, MAKE_ROOM_OFF, Some(7), 90),
+                (4, MAKE_ROOM_ON, Some(7), 90),
                 (4, VOICE_ALONE, None, 30),
             ]
         );

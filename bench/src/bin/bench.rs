@@ -2,7 +2,7 @@
 //! sessions, make-room off against on, with a voice-alone round setting the SLO.
 //!
 //! ```text
-//! bench [--agents N] [--calls 2,4] [--rounds 2,1] [--minutes T] [--alone-minutes 2,1]
+//! bench [--agents N] [--calls 2,4] [--rounds 2,2] [--minutes 2,1.25] [--alone-minutes 2,1.2]
 //!       [--seed S] [--trace FILE] [--out DIR]
 //! ```
 //!
@@ -59,20 +59,24 @@ struct Args {
     #[arg(long, value_delimiter = ',', default_value = "2,4")]
     calls: Vec<usize>,
     /// Pairs of rounds beside the agents for each number of callers (make-room off and on
-    /// with the same seed; every second pair runs on first); one value serves every count.
-    #[arg(long, value_delimiter = ',', default_value = "2,1")]
+    /// with the same seed; every second pair runs on first, so two pairs balance the
+    /// order); one value serves every count.
+    #[arg(long, value_delimiter = ',', default_value = "2,2")]
     rounds: Vec<usize>,
     /// The voice-alone time for each number of callers, in minutes, split into one round
-    /// before each of its pairs: long enough for 20 turns (a caller takes about 8 turns in
-    /// 70 s); one value serves every count.
-    #[arg(long, value_delimiter = ',', default_value = "2,1")]
+    /// before each of its pairs and one after the last: long enough for 20 turns (a caller
+    /// takes about 8 turns in 70 s); one value serves every count.
+    #[arg(long, value_delimiter = ',', default_value = "2,1.2")]
     alone_minutes: Vec<f64>,
-    /// How long each round's agents and callers keep starting calls, in minutes: the
-    /// agents' throughput is measured over this window, the same in every round (calls in
-    /// progress when it closes are answered to their end).
-    #[arg(long, default_value_t = 2.0)]
-    minutes: f64,
-    /// The agents-alone round's window, in minutes (default: --minutes; 0: no such round).
+    /// How long each pair's agents and callers keep starting calls, in minutes, for each
+    /// number of callers: the agents' throughput is measured over this window (calls in
+    /// progress when it closes are answered to their end). Four callers take ~20 turns a
+    /// minute, two ~11, so the shorter window gives 40 turns a condition in two pairs. One
+    /// value serves every count.
+    #[arg(long, value_delimiter = ',', default_value = "2,1.25")]
+    minutes: Vec<f64>,
+    /// The agents-alone round's window, in minutes (default: the longest --minutes; 0: no
+    /// such round).
     #[arg(long)]
     agents_alone_minutes: Option<f64>,
     /// The seed of the generated sessions (each pair of rounds adds its index).
@@ -141,7 +145,13 @@ struct Args {
 impl Args {
     /// The agents-alone round's window in minutes, its default applied (0: none).
     fn agents_alone_minutes(&self) -> f64 {
-        self.agents_alone_minutes.unwrap_or(self.minutes)
+        self.agents_alone_minutes
+            .unwrap_or_else(|| self.longest_window_minutes())
+    }
+
+    /// The longest of the pairs' windows, in minutes.
+    fn longest_window_minutes(&self) -> f64 {
+        self.minutes.iter().copied().fold(0.0, f64::max)
     }
 }
 
@@ -333,13 +343,13 @@ fn plan(args: &Args) -> Result<Vec<RoundStep>> {
             Ok(CallerCount {
                 callers,
                 pairs: for_count(&args.rounds, n, "rounds", i)?,
+                minutes: for_count(&args.minutes, n, "minutes", i)?,
                 alone_minutes: for_count(&args.alone_minutes, n, "alone-minutes", i)?,
             })
         })
         .collect::<Result<Vec<_>>>()?;
     Ok(schedule::rounds(&RunShape {
         counts,
-        minutes: args.minutes,
         agents_alone_minutes: args.agents_alone_minutes(),
         seed: args.seed,
     }))
@@ -361,7 +371,8 @@ fn wait_idle(engine: &Engine) -> Result<()> {
 }
 
 fn report(args: &Args, commit: Option<String>, rounds: Vec<RoundRecord>) -> Result<()> {
-    let window_s = args.minutes * 60.0;
+    // Each round records its own window; this one is only a summary's fallback.
+    let window_s = args.longest_window_minutes() * 60.0;
     let report = BenchReport {
         command: std::iter::once("cargo xtask bench".to_owned())
             .chain(std::env::args().skip(1))
