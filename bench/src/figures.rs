@@ -307,7 +307,14 @@ pub fn figures(rounds: &[RoundRecord], window_s: f64) -> Figures {
     Figures {
         slos,
         alone_gaps: alone_gap::alone_gaps(rounds, &counts),
-        pairs: pairs(&round_figures, &agents_alone(&round_figures)),
+        pairs: pairs(
+            &round_figures,
+            &rounds
+                .iter()
+                .map(|r| r.window_or(window_s))
+                .collect::<Vec<_>>(),
+            |seed, window_s| agents_alone_rate(rounds, seed, window_s),
+        ),
         rounds: round_figures,
         conditions,
     }
@@ -351,31 +358,41 @@ fn slos(rounds: &[RoundRecord], counts: &[usize]) -> Vec<Slo> {
         .collect()
 }
 
-/// Each agents-alone round's seed and the agents' throughput in it.
-fn agents_alone(rounds: &[RoundFigures]) -> Vec<(Option<u64>, f64)> {
-    rounds
+/// The agents' throughput in the agents-alone round with `seed`, over its first `window_s`
+/// (a pair's window, which may be shorter than its own: the sessions' first calls find
+/// an empty queue, so a shorter window's rate is not the longer one's).
+fn agents_alone_rate(rounds: &[RoundRecord], seed: Option<u64>, window_s: f64) -> Option<f64> {
+    let alone = rounds
         .iter()
-        .filter(|r| r.condition == AGENTS_ALONE)
-        .map(|r| (r.seed, r.summary.agent_tokens_per_s))
-        .collect()
+        .find(|r| r.condition == AGENTS_ALONE && r.seed == seed)?;
+    let window_s = alone.window_or(window_s).min(window_s);
+    let tokens: usize = alone
+        .agent_calls
+        .iter()
+        .map(|a| a.tokens_by(window_s))
+        .sum();
+    (tokens > 0 && window_s > 0.0).then(|| tokens as f64 / window_s)
 }
 
 /// Neighbouring rounds with the same seed and callers, one off and one on, either order;
-/// `alone` holds the agents' throughput with no callers, by seed.
-fn pairs(rounds: &[RoundFigures], alone: &[(Option<u64>, f64)]) -> Vec<PairRatios> {
+/// `windows_s` holds each round's window, and `alone_rate(seed, window_s)` is the agents'
+/// throughput with no callers over a window.
+fn pairs(
+    rounds: &[RoundFigures],
+    windows_s: &[f64],
+    alone_rate: impl Fn(Option<u64>, f64) -> Option<f64>,
+) -> Vec<PairRatios> {
     rounds
         .windows(2)
-        .filter_map(|p| {
+        .zip(windows_s)
+        .filter_map(|(p, &window_s)| {
             let (off, on) = match (p[0].condition.as_str(), p[1].condition.as_str()) {
                 (MAKE_ROOM_OFF, MAKE_ROOM_ON) => (&p[0], &p[1]),
                 (MAKE_ROOM_ON, MAKE_ROOM_OFF) => (&p[1], &p[0]),
                 _ => return None,
             };
             let over_alone = |r: &RoundFigures| {
-                alone
-                    .iter()
-                    .find(|(seed, tokens_per_s)| *seed == r.seed && *tokens_per_s > 0.0)
-                    .map(|(_, tokens_per_s)| r.summary.agent_tokens_per_s / tokens_per_s)
+                alone_rate(r.seed, window_s).map(|alone| r.summary.agent_tokens_per_s / alone)
             };
             (off.seed == on.seed && off.callers == on.callers).then(|| PairRatios {
                 seed: off.seed,

@@ -425,7 +425,7 @@ fn by_round(md: &mut String, f: &Figures) {
         let _ = writeln!(
             md,
             "\nalone: the agents-alone round with the pair's seed (the same sessions, no \
-             callers)."
+             callers), over as much of its window as the pair's."
         );
         let _ = writeln!(md);
     }

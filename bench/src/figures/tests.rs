@@ -212,6 +212,34 @@ fn an_agents_alone_round_is_the_agents_reference_and_no_number_of_callers() {
 }
 
 #[test]
+fn a_shorter_pair_is_set_against_the_agents_alone_rounds_same_stretch() {
+    // Alone for 20 s: 160 tokens by 10 s, 40 more after it (10 tokens/s over its window).
+    let mut alone = round(AGENTS_ALONE, Some(1), &[], 200);
+    alone.callers = 0;
+    alone.window_s = 20.0;
+    alone.agent_calls[0].ended_s = 18.0;
+    alone.agent_calls[0].token_times_s =
+        (0..200).map(|i| if i < 160 { 9.0 } else { 15.0 }).collect();
+    // The pair ran 10 s windows: its 50 tokens in 10 s against the alone round's first 10 s
+    // (16 tokens/s), not its whole window's 10.
+    let mut pair = vec![
+        round(MAKE_ROOM_OFF, Some(1), &[10.0], 50),
+        round(MAKE_ROOM_ON, Some(1), &[2.0], 50),
+    ];
+    for r in &mut pair {
+        r.window_s = 10.0;
+    }
+    let rounds: Vec<RoundRecord> = std::iter::once(alone).chain(pair).collect();
+    let figures = figures(&rounds, 20.0);
+    let reference = figures.condition(AGENTS_ALONE, 0).unwrap();
+    assert!((reference.summary.agent_tokens_per_s - 10.0).abs() < 1e-12);
+    assert_eq!(
+        figures.pairs[0].agent_throughput_off_over_alone,
+        Some(0.3125)
+    );
+}
+
+#[test]
 fn make_room_turns_are_set_against_the_same_utterance_alone() {
     let replay = |call: &str, utterance: usize, v2v: Option<f64>| VoiceTurn {
         call: call.into(),
