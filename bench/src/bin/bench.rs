@@ -44,7 +44,7 @@ struct Args {
     session_calls: usize,
     /// Tokens of shared context (the repository every generated session reads) that each
     /// session's first call opens with: computed once, each running request still holds
-    /// it in its KV, so two or three requests fill the 3,584-token budget.
+    /// it in its KV, so three requests fill the 4,096-token budget.
     #[arg(long, default_value_t = 1200)]
     shared_context: usize,
     /// A generated session's own first context after the shared one, tokens: low,high.
@@ -100,10 +100,8 @@ struct Args {
     /// priority, kv_preemption, budget_cap, decode_hold, turn_hint, call_retention.
     #[arg(long, default_value = "all")]
     on_switches: Switches,
-    /// make-room's KV budget, in tokens: small enough that the agents' contexts fill it
-    /// most of the time, so a turn must take room (with 4,096 on this machine, a round in
-    /// two of the runs 37-38 needed none).
-    #[arg(long, default_value_t = 3584)]
+    /// make-room's KV budget, in tokens.
+    #[arg(long, default_value_t = 4096)]
     kv_budget: usize,
     /// make-room's prompt chunk for agent prompts while a voice turn is near, in tokens.
     #[arg(long, default_value_t = 16)]
