@@ -120,6 +120,11 @@ impl RoundRecord {
             default_s
         }
     }
+
+    /// The agents' output tokens by `t_s` into the round.
+    fn agent_tokens_by(&self, t_s: f64) -> usize {
+        self.agent_calls.iter().map(|a| a.tokens_by(t_s)).sum()
+    }
 }
 
 /// What the engine's samples show of a round: KV use over the window, and what
@@ -307,14 +312,7 @@ pub fn figures(rounds: &[RoundRecord], window_s: f64) -> Figures {
     Figures {
         slos,
         alone_gaps: alone_gap::alone_gaps(rounds, &counts),
-        pairs: pairs(
-            &round_figures,
-            &rounds
-                .iter()
-                .map(|r| r.window_or(window_s))
-                .collect::<Vec<_>>(),
-            |seed, window_s| agents_alone_rate(rounds, seed, window_s),
-        ),
+        pairs: pairs(&round_figures, rounds, window_s),
         rounds: round_figures,
         conditions,
     }
@@ -366,33 +364,27 @@ fn agents_alone_rate(rounds: &[RoundRecord], seed: Option<u64>, window_s: f64) -
         .iter()
         .find(|r| r.condition == AGENTS_ALONE && r.seed == seed)?;
     let window_s = alone.window_or(window_s).min(window_s);
-    let tokens: usize = alone
-        .agent_calls
-        .iter()
-        .map(|a| a.tokens_by(window_s))
-        .sum();
+    let tokens = alone.agent_tokens_by(window_s);
     (tokens > 0 && window_s > 0.0).then(|| tokens as f64 / window_s)
 }
 
 /// Neighbouring rounds with the same seed and callers, one off and one on, either order;
-/// `windows_s` holds each round's window, and `alone_rate(seed, window_s)` is the agents'
-/// throughput with no callers over a window.
-fn pairs(
-    rounds: &[RoundFigures],
-    windows_s: &[f64],
-    alone_rate: impl Fn(Option<u64>, f64) -> Option<f64>,
-) -> Vec<PairRatios> {
+/// `records` are the rounds' records, in the same order (a round without a window of its
+/// own ran for `window_s`).
+fn pairs(rounds: &[RoundFigures], records: &[RoundRecord], window_s: f64) -> Vec<PairRatios> {
     rounds
         .windows(2)
-        .zip(windows_s)
-        .filter_map(|(p, &window_s)| {
+        .zip(records)
+        .filter_map(|(p, record)| {
+            let window_s = record.window_or(window_s);
             let (off, on) = match (p[0].condition.as_str(), p[1].condition.as_str()) {
                 (MAKE_ROOM_OFF, MAKE_ROOM_ON) => (&p[0], &p[1]),
                 (MAKE_ROOM_ON, MAKE_ROOM_OFF) => (&p[1], &p[0]),
                 _ => return None,
             };
             let over_alone = |r: &RoundFigures| {
-                alone_rate(r.seed, window_s).map(|alone| r.summary.agent_tokens_per_s / alone)
+                agents_alone_rate(records, r.seed, window_s)
+                    .map(|alone| r.summary.agent_tokens_per_s / alone)
             };
             (off.seed == on.seed && off.callers == on.callers).then(|| PairRatios {
                 seed: off.seed,
@@ -423,13 +415,7 @@ fn pooled(
     let windows_s: f64 = of.iter().map(|(r, _)| r.window_or(window_s)).sum();
     let tokens: usize = of
         .iter()
-        .map(|(r, _)| {
-            let window_s = r.window_or(window_s);
-            r.agent_calls
-                .iter()
-                .map(|a| a.tokens_by(window_s))
-                .sum::<usize>()
-        })
+        .map(|(r, _)| r.agent_tokens_by(r.window_or(window_s)))
         .sum();
     let calls: Vec<AgentCallRecord> = of.iter().flat_map(|(r, _)| r.agent_calls.clone()).collect();
     let mut summary = summarize(&turns, &calls, f64::INFINITY, slo_s);
