@@ -10,7 +10,7 @@ use sublet_stt::Transcriber;
 use sublet_turn_detect::{TurnDetector, TurnEvent, TURN_PAD_S};
 
 use crate::call::CallObserver;
-use crate::dispatch::{ComingHint, Dispatch, DispatchRules, TurnDispatch};
+use crate::dispatch::{Coming, ComingHint, Dispatch, DispatchRules, TurnDispatch};
 use crate::early_transcript::{same, EarlyTranscript};
 use crate::pool::Pooled;
 use crate::responder::{FinishedTurn, Responder, TurnHint, TurnWork};
@@ -138,9 +138,11 @@ impl Caller {
         // transcribes it, and until the turn reaches it. Not while they speak: beside four
         // callers that kept the agents' prompts in small chunks most of the time, and cost
         // them throughput (`docs/benchmarking.md`, runs 33-35).
-        if self.coming.due(voiced_until_s, quiet_s, now_s, TURN_PAD_S) {
-            if let Some(hint) = &self.hint {
-                hint.coming();
+        let news = self.coming.news(voiced_until_s, quiet_s, now_s, TURN_PAD_S);
+        if let (Some(news), Some(hint)) = (news, &self.hint) {
+            match news {
+                Coming::Told => hint.coming(),
+                Coming::Withdrawn => hint.not_coming(),
             }
         }
         Ok(())

@@ -104,13 +104,23 @@ pub const COMING_AGAIN_AFTER_S: f64 = 0.5;
 /// engine is told no more.
 pub const COMING_AT_MOST_S: f64 = 3.0;
 
+/// What to tell the engine of a caller's quiet ([`ComingHint::news`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Coming {
+    /// Their turn may be coming: the engine keeps its steps small (`Engine::turn_coming`).
+    Told,
+    /// They speak again before their turn was sent: the turn told of is not coming, and
+    /// the agents' steps need not stay small for it (`Engine::turn_not_coming`).
+    Withdrawn,
+}
+
 /// When to tell the engine that a quiet caller's turn may be coming (pure rules; the
 /// engine's side is `Scheduler::turn_coming`): once the quiet lasts the turn's padding,
 /// then every [`COMING_AGAIN_AFTER_S`] until the turn's request is sent (a preemptive
 /// reply or the answer: from then on the request itself keeps the steps small), the caller
-/// speaks again, or the quiet passes [`COMING_AT_MOST_S`]. Told once only, a hold that
-/// ran out while Whisper still transcribed let an agent's full prompt chunk start just
-/// before the turn arrived, and the turn waited for it.
+/// speaks again (then the engine hears so), or the quiet passes [`COMING_AT_MOST_S`].
+/// Told once only, a hold that ran out while Whisper still transcribed let an agent's full
+/// prompt chunk start just before the turn arrived, and the turn waited for it.
 #[derive(Debug, Clone, Default)]
 pub struct ComingHint {
     /// The stop (the end of its speech) last told, and when (call time).
@@ -120,12 +130,25 @@ pub struct ComingHint {
 }
 
 impl ComingHint {
-    /// Whether to tell the engine now: the caller's speech ended at `voiced_until_s` and
-    /// they have been quiet `quiet_s` at call time `now_s`; `pad_s` is the quiet from which
-    /// a turn may be coming.
-    pub fn due(&mut self, voiced_until_s: f64, quiet_s: f64, now_s: f64, pad_s: f64) -> bool {
+    /// What to tell the engine now, if anything: the caller's speech ended at
+    /// `voiced_until_s` and they have been quiet `quiet_s` at call time `now_s`; `pad_s` is
+    /// the quiet from which a turn may be coming.
+    pub fn news(
+        &mut self,
+        voiced_until_s: f64,
+        quiet_s: f64,
+        now_s: f64,
+        pad_s: f64,
+    ) -> Option<Coming> {
+        if let Some((stop, _)) = self.told {
+            let spoke_past = voiced_until_s > stop && self.sent_for != Some(stop);
+            if spoke_past && quiet_s < pad_s {
+                self.told = None;
+                return Some(Coming::Withdrawn);
+            }
+        }
         if quiet_s < pad_s || quiet_s > COMING_AT_MOST_S || self.sent_for == Some(voiced_until_s) {
-            return false;
+            return None;
         }
         let due = match self.told {
             Some((stop, at_s)) if stop == voiced_until_s => now_s - at_s >= COMING_AGAIN_AFTER_S,
@@ -134,7 +157,7 @@ impl ComingHint {
         if due {
             self.told = Some((voiced_until_s, now_s));
         }
-        due
+        due.then_some(Coming::Told)
     }
 
     /// The turn after the speech that ended at `speech_end_s` went to the engine.
@@ -264,20 +287,41 @@ mod tests {
     #[test]
     fn a_quiet_caller_is_told_again_until_the_turn_is_sent() {
         let mut coming = ComingHint::default();
-        let due = |c: &mut ComingHint, quiet: f64| c.due(2.0, quiet, 2.0 + quiet, 0.25);
-        assert!(!due(&mut coming, 0.1), "a breath is no turn");
-        assert!(due(&mut coming, 0.25));
-        assert!(!due(&mut coming, 0.5), "told 0.25 s ago");
-        assert!(due(&mut coming, 0.8), "the hold would run out: told again");
+        let news = |c: &mut ComingHint, quiet: f64| c.news(2.0, quiet, 2.0 + quiet, 0.25);
+        assert_eq!(news(&mut coming, 0.1), None, "a breath is no turn");
+        assert_eq!(news(&mut coming, 0.25), Some(Coming::Told));
+        assert_eq!(news(&mut coming, 0.5), None, "told 0.25 s ago");
+        assert_eq!(
+            news(&mut coming, 0.8),
+            Some(Coming::Told),
+            "the hold would run out: told again"
+        );
         coming.turn_sent(2.0);
-        assert!(!due(&mut coming, 1.5), "the request holds the steps now");
-        // The caller spoke again and stopped: a new stop is told, and told again.
-        assert!(coming.due(4.0, 0.3, 4.3, 0.25));
-        assert!(coming.due(4.0, 0.9, 4.9, 0.25));
-        assert!(
-            !coming.due(4.0, 3.2, 7.2, 0.25),
+        assert_eq!(
+            news(&mut coming, 1.5),
+            None,
+            "the request holds the steps now"
+        );
+        // The caller spoke again after the turn was sent: nothing to withdraw.
+        assert_eq!(coming.news(3.0, 0.0, 3.0, 0.25), None);
+        // ... and stopped: a new stop is told, and told again.
+        assert_eq!(coming.news(4.0, 0.3, 4.3, 0.25), Some(Coming::Told));
+        assert_eq!(coming.news(4.0, 0.9, 4.9, 0.25), Some(Coming::Told));
+        assert_eq!(
+            coming.news(4.0, 3.2, 7.2, 0.25),
+            None,
             "no turn comes after 3 s of quiet"
         );
+    }
+
+    #[test]
+    fn a_caller_who_speaks_again_withdraws_the_turn_told_of() {
+        let mut coming = ComingHint::default();
+        assert_eq!(coming.news(2.0, 0.3, 2.3, 0.25), Some(Coming::Told));
+        // A pause mid-sentence: speech again, past the stop told of.
+        assert_eq!(coming.news(2.5, 0.0, 2.5, 0.25), Some(Coming::Withdrawn));
+        assert_eq!(coming.news(2.7, 0.0, 2.7, 0.25), None, "withdrawn once");
+        assert_eq!(coming.news(2.7, 0.3, 3.0, 0.25), Some(Coming::Told));
     }
 
     #[test]

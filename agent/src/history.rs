@@ -93,7 +93,12 @@ impl TurnHint {
     /// The hint without its one-token request: the caller went quiet, and the engine
     /// makes room for a turn that may follow, computing nothing for it.
     pub fn coming(&self) {
-        self.engine.turn_coming();
+        self.engine.turn_coming(self.call_id);
+    }
+
+    /// The caller speaks again: the turn told of by [`TurnHint::coming`] is not coming.
+    pub fn not_coming(&self) {
+        self.engine.turn_not_coming(self.call_id);
     }
 }
 

@@ -263,12 +263,20 @@ impl Engine {
         Ok(())
     }
 
-    /// A caller has gone quiet, and their turn may be coming: make-room keeps its next
-    /// steps small for a while (computing nothing for the turn, holding no one back), so
-    /// the pass in flight when the turn arrives is short.
-    pub fn turn_coming(&self) {
+    /// The caller of `session` has gone quiet, and their turn may be coming: make-room
+    /// keeps its next steps small for a while (computing nothing for the turn, holding no
+    /// one back), so the pass in flight when the turn arrives is short. The turn's request
+    /// ends it, as does [`Engine::turn_not_coming`].
+    pub fn turn_coming(&self, session: u64) {
         if let Some(handle) = &self.make_room {
-            handle.turn_coming();
+            handle.turn_coming(session);
+        }
+    }
+
+    /// The caller of `session` speaks again: the turn they went quiet for is not coming.
+    pub fn turn_not_coming(&self, session: u64) {
+        if let Some(handle) = &self.make_room {
+            handle.turn_not_coming(session);
         }
     }
 

@@ -87,6 +87,7 @@ impl Scheduler {
             (RequestKind::TurnHint, _) => self.turn_hint(request.priority, now_ms),
             (RequestKind::VoiceTurn, Some(call)) if self.config.switches.turn_hint => {
                 admitted.withdrawn_hints = self.withdraw_hints(call);
+                self.coming.remove(&call);
             }
             _ => {}
         }

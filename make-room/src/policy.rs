@@ -27,8 +27,9 @@ pub struct Scheduler {
     pub(crate) requests: BTreeMap<u64, Request>,
     next_admission: u64,
     hints: Vec<Hint>,
-    /// Until when a caller gone quiet keeps the steps small (see [`Scheduler::turn_coming`]).
-    coming_until_ms: u64,
+    /// Callers gone quiet, and until when each keeps the steps small (see
+    /// [`Scheduler::turn_coming`]).
+    pub(crate) coming: BTreeMap<u64, u64>,
     pub(crate) retained: Vec<Retained>,
     /// The most urgent priority the last plan computes for (see [`crate::Admitted`]).
     pub(crate) planned_priority: Option<i32>,
@@ -42,7 +43,7 @@ impl Scheduler {
             requests: BTreeMap::new(),
             next_admission: 0,
             hints: Vec::new(),
-            coming_until_ms: 0,
+            coming: BTreeMap::new(),
             retained: Vec::new(),
             planned_priority: None,
             counters: Counters::default(),
@@ -73,14 +74,23 @@ impl Scheduler {
         }
     }
 
-    /// A caller went quiet, and their turn may follow (the voice agent is transcribing
-    /// it): with the turn hint on, steps take the small chunk for `hint_hold_ms`, so the
-    /// pass in flight when the turn arrives is short. Nothing is held: a quiet moment is
-    /// often a pause mid-sentence, and the turn's own arrival holds what it must.
-    pub fn turn_coming(&mut self, now_ms: u64) {
+    /// The caller of `call` went quiet, and their turn may follow (the voice agent is
+    /// transcribing it): with the turn hint on, steps take the small chunk for
+    /// `hint_hold_ms`, so the pass in flight when the turn arrives is short. Nothing is
+    /// held: a quiet moment is often a pause mid-sentence, and the turn's own arrival holds
+    /// what it must. The hold ends early when the turn arrives (its request keeps the steps
+    /// small from then on) or the caller speaks again ([`Scheduler::turn_not_coming`]): a
+    /// hold that outlived its turn kept the agents' prompts in small chunks after the reply
+    /// had its first sentence (`docs/benchmarking.md`, run 41).
+    pub fn turn_coming(&mut self, call: u64, now_ms: u64) {
         if self.config.switches.turn_hint {
-            self.coming_until_ms = now_ms + self.config.hint_hold_ms;
+            self.coming.insert(call, now_ms + self.config.hint_hold_ms);
         }
+    }
+
+    /// The caller of `call` speaks again: the turn they went quiet for is not coming.
+    pub fn turn_not_coming(&mut self, call: u64) {
+        self.coming.remove(&call);
     }
 
     /// The agent of `call` has the first sentence of its reply: with
@@ -226,10 +236,10 @@ impl Scheduler {
     /// stands between the caller and the first sentence. The rest of the reply only has
     /// to keep ahead of speech, which an idle-chunk step does, so the agents' prompts go
     /// back to full steps.
-    fn chunk_now(&self, now_ms: u64) -> Option<usize> {
+    fn chunk_now(&self) -> Option<usize> {
         let window = self.config.window_tokens;
         let voice_near = !self.hints.is_empty()
-            || self.coming_until_ms > now_ms
+            || !self.coming.is_empty()
             || self.config.switches.budget_cap
                 && self.config.whole_prompt_priority.is_some_and(|p| {
                     self.requests
@@ -247,7 +257,8 @@ impl Scheduler {
         self.counters.steps += 1;
         self.hints.retain(|h| h.until_ms > now_ms);
         self.retained.retain(|r| r.until_ms > now_ms);
-        let chunk = self.chunk_now(now_ms);
+        self.coming.retain(|_, until_ms| *until_ms > now_ms);
+        let chunk = self.chunk_now();
         let switches = self.config.switches.clone();
         let window = self.config.window_tokens;
         let mut plan = Plan::default();

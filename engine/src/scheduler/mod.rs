@@ -115,8 +115,9 @@ pub struct MakeRoomHandle {
     switches: Arc<Mutex<Option<make_room::Switches>>>,
     /// Calls whose reply has its first sentence since the last step was planned.
     first_sentences: Arc<Mutex<Vec<u64>>>,
-    /// A caller went quiet since the last step was planned.
-    turn_coming: Flag,
+    /// Callers gone quiet (true) or speaking again (false) since the last step was
+    /// planned, in order.
+    coming: Arc<Mutex<Vec<(u64, bool)>>>,
     /// A test's fault: the engine thread panics when it next plans a step.
     panic_at_next_plan: Flag,
     /// The engine's threads, raised when a caller's request arrives (CPU path).
@@ -160,9 +161,15 @@ impl MakeRoomHandle {
         }
     }
 
-    /// A caller went quiet: the next steps are small (`make_room::Scheduler::turn_coming`).
-    pub fn turn_coming(&self) {
-        self.turn_coming.raise();
+    /// The caller of `call` went quiet: the next steps are small
+    /// (`make_room::Scheduler::turn_coming`).
+    pub fn turn_coming(&self, call: u64) {
+        lock(&self.coming).push((call, true));
+    }
+
+    /// The caller of `call` speaks again (`make_room::Scheduler::turn_not_coming`).
+    pub fn turn_not_coming(&self, call: u64) {
+        lock(&self.coming).push((call, false));
     }
 
     /// A caller's request (a turn or its hint) for `call`, sent at `sent`, arrived: the
@@ -187,8 +194,8 @@ impl MakeRoomHandle {
         std::mem::take(&mut *lock(&self.arrivals))
     }
 
-    fn take_turn_coming(&self) -> bool {
-        self.turn_coming.take()
+    fn take_coming(&self) -> Vec<(u64, bool)> {
+        std::mem::take(&mut *lock(&self.coming))
     }
 
     /// For tests of the engine's recovery: the engine thread panics when it next plans a

@@ -172,8 +172,11 @@ impl Planner {
             self.policy.first_sentence_out(call);
         }
         let now_ms = self.now_ms();
-        if self.handle.take_turn_coming() {
-            self.policy.turn_coming(now_ms);
+        for (call, coming) in self.handle.take_coming() {
+            match coming {
+                true => self.policy.turn_coming(call, now_ms),
+                false => self.policy.turn_not_coming(call),
+            }
         }
         self.policy.schedule(now_ms)
     }

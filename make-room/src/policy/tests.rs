@@ -77,7 +77,7 @@ fn a_caller_gone_quiet_shrinks_the_steps_and_holds_no_one() {
     let plan = scheduler.schedule(0);
     assert_eq!(plan.tokens(), 64, "idle: full steps: {plan:?}");
     scheduler.finish_step(&plan, 1, &[]);
-    scheduler.turn_coming(10);
+    scheduler.turn_coming(7, 10);
     let plan = scheduler.schedule(10);
     assert_eq!(plan.tokens(), 16, "quiet: small steps: {plan:?}");
     assert!(plan.held.is_empty(), "and no one held: {plan:?}");
@@ -92,8 +92,59 @@ fn a_caller_gone_quiet_shrinks_the_steps_and_holds_no_one() {
         ..config
     });
     off.add(Request::new(2, 1, None, 900, 20), 0).unwrap();
-    off.turn_coming(0);
+    off.turn_coming(7, 0);
     assert_eq!(off.schedule(0).tokens(), 64);
+}
+
+#[test]
+fn a_quiet_callers_hold_ends_when_their_turn_arrives_or_they_speak_again() {
+    let mut scheduler = Scheduler::new(PolicyConfig {
+        switches: Switches::all(),
+        chunk_tokens: Some(16),
+        idle_chunk_tokens: Some(64),
+        whole_prompt_priority: Some(0),
+        window_tokens: 4,
+        hint_hold_ms: 1_000,
+        ..PolicyConfig::default()
+    });
+    let step = |scheduler: &mut Scheduler, at: u64| {
+        let plan = scheduler.schedule(at);
+        scheduler.finish_step(&plan, at, &[]);
+        plan
+    };
+    scheduler
+        .add(Request::new(1, 1, None, 5_000, 20), 0)
+        .unwrap();
+    assert_eq!(step(&mut scheduler, 0).tokens(), 64);
+    // Callers 7 and 8 go quiet; 7 speaks again: 8's hold stands.
+    scheduler.turn_coming(7, 1);
+    scheduler.turn_coming(8, 1);
+    scheduler.turn_not_coming(7);
+    assert_eq!(
+        step(&mut scheduler, 2).tokens(),
+        16,
+        "8 may still be coming"
+    );
+    scheduler.turn_not_coming(8);
+    assert_eq!(step(&mut scheduler, 3).tokens(), 64, "no one is coming");
+    // 8's turn arrives within the hold: the steps stay small while it runs, and once its
+    // reply is done the hold it came under is over too.
+    scheduler.turn_coming(8, 4);
+    scheduler
+        .add(Request::new(2, 0, Some(8), 10, 3), 5)
+        .unwrap();
+    let mut at = 5;
+    while scheduler.request(2).is_some() {
+        let plan = step(&mut scheduler, at);
+        assert!(plan.tokens() <= 16 + 1, "{plan:?}");
+        at += 1;
+    }
+    assert!(at < 1_000, "all within the hold's second");
+    assert_eq!(
+        step(&mut scheduler, at).tokens(),
+        64,
+        "the turn took its hold with it"
+    );
 }
 
 #[test]
