@@ -115,9 +115,8 @@ pub struct MakeRoomHandle {
     switches: Arc<Mutex<Option<make_room::Switches>>>,
     /// Calls whose reply has its first sentence since the last step was planned.
     first_sentences: Arc<Mutex<Vec<u64>>>,
-    /// Callers gone quiet (true) or speaking again (false) since the last step was
-    /// planned, in order.
-    coming: Arc<Mutex<Vec<(u64, bool)>>>,
+    /// What callers did since the last step was planned, in order.
+    quiet: Arc<Mutex<Vec<Quiet>>>,
     /// A test's fault: the engine thread panics when it next plans a step.
     panic_at_next_plan: Flag,
     /// The engine's threads, raised when a caller's request arrives (CPU path).
@@ -125,6 +124,16 @@ pub struct MakeRoomHandle {
     /// Callers' requests sent since the scheduler last took one, with their call: for the
     /// trace, since mistral.rs takes a request only between passes.
     arrivals: Arc<Mutex<Vec<Arrival>>>,
+}
+
+/// News of a caller's quiet for the next plan: the policy's hold on agents' chunks
+/// starts or ends with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Quiet {
+    /// The caller of this call went quiet: their turn may be coming.
+    Coming(u64),
+    /// The caller of this call speaks again: the turn told of is not coming yet.
+    Speaking(u64),
 }
 
 /// A caller's request sent to the engine: its call, and when.
@@ -164,12 +173,12 @@ impl MakeRoomHandle {
     /// The caller of `call` went quiet: the next steps are small
     /// (`make_room::Scheduler::turn_coming`).
     pub fn turn_coming(&self, call: u64) {
-        lock(&self.coming).push((call, true));
+        lock(&self.quiet).push(Quiet::Coming(call));
     }
 
     /// The caller of `call` speaks again (`make_room::Scheduler::turn_not_coming`).
     pub fn turn_not_coming(&self, call: u64) {
-        lock(&self.coming).push((call, false));
+        lock(&self.quiet).push(Quiet::Speaking(call));
     }
 
     /// A caller's request (a turn or its hint) for `call`, sent at `sent`, arrived: the
@@ -194,8 +203,8 @@ impl MakeRoomHandle {
         std::mem::take(&mut *lock(&self.arrivals))
     }
 
-    fn take_coming(&self) -> Vec<(u64, bool)> {
-        std::mem::take(&mut *lock(&self.coming))
+    fn take_quiet(&self) -> Vec<Quiet> {
+        std::mem::take(&mut *lock(&self.quiet))
     }
 
     /// For tests of the engine's recovery: the engine thread panics when it next plans a

@@ -10,7 +10,7 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use super::{passes, MakeRoomHandle, Pass, SchedulerState, Trace};
+use super::{passes, MakeRoomHandle, Pass, Quiet, SchedulerState, Trace};
 use crate::make_room::{self, Plan, PolicyConfig, Refused, Request};
 
 pub(super) struct Planner {
@@ -172,10 +172,10 @@ impl Planner {
             self.policy.first_sentence_out(call);
         }
         let now_ms = self.now_ms();
-        for (call, coming) in self.handle.take_coming() {
-            match coming {
-                true => self.policy.turn_coming(call, now_ms),
-                false => self.policy.turn_not_coming(call),
+        for news in self.handle.take_quiet() {
+            match news {
+                Quiet::Coming(call) => self.policy.turn_coming(call, now_ms),
+                Quiet::Speaking(call) => self.policy.turn_not_coming(call),
             }
         }
         self.policy.schedule(now_ms)
