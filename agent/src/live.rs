@@ -94,7 +94,9 @@ impl VoiceAgent {
             let mut answered = |result: Result<Option<TurnRecord>>,
                                 observer: &mut dyn CallObserver|
              -> Result<()> {
-                if let Some(record) = result? {
+                if let Some(mut record) = result? {
+                    // Its last sentence is queued: any silence inside it was heard by now.
+                    record.reply_gap_s = playout.longest_gap_s(record.index);
                     observer.turn_answered(&record);
                     records.push(record);
                 }

@@ -26,6 +26,13 @@ struct State {
     heard: HashMap<usize, String>,
     /// Turns cut short: sentences of theirs still arriving are dropped.
     cut: HashSet<usize>,
+    /// Samples pulled so far, silence included: the speaker's clock.
+    clock: usize,
+    /// The turn whose sentence emptied the queue, and when: if its next sentence comes,
+    /// the caller heard a silence inside the reply.
+    ran_dry: Option<(usize, usize)>,
+    /// Each turn's longest such silence, in samples.
+    longest_gap: HashMap<usize, usize>,
 }
 
 /// The shared queue; clones are handles to the same one.
@@ -59,6 +66,13 @@ impl Playout {
         if samples.is_empty() || state.cut.contains(&turn) {
             return;
         }
+        if let Some((dry_turn, at)) = state.ran_dry.take() {
+            if dry_turn == turn {
+                let gap = state.clock - at;
+                let longest = state.longest_gap.entry(turn).or_default();
+                *longest = (*longest).max(gap);
+            }
+        }
         state.queue.push_back(Segment {
             turn,
             text: text.to_owned(),
@@ -84,9 +98,13 @@ impl Playout {
             if segment.played == segment.samples.len() {
                 let done = state.queue.pop_front().expect("the front segment");
                 append(state.heard.entry(done.turn).or_default(), &done.text);
+                if state.queue.is_empty() {
+                    state.ran_dry = Some((done.turn, state.clock + filled));
+                }
             }
         }
         out[filled..].fill(0.0);
+        state.clock += out.len();
         filled > 0
     }
 
@@ -101,8 +119,11 @@ impl Playout {
         !self.state().queue.is_empty()
     }
 
+    /// The caller speaks over the agent: a silence from here on is theirs, not a gap.
     pub fn pause(&self) {
-        self.state().paused = true;
+        let mut state = self.state();
+        state.paused = true;
+        state.ran_dry = None;
     }
 
     pub fn resume(&self) {
@@ -115,6 +136,7 @@ impl Playout {
     pub fn cut(&self) -> Vec<(usize, String)> {
         let mut state = self.state();
         state.paused = false;
+        state.ran_dry = None;
         let cut: Vec<Segment> = state.queue.drain(..).collect();
         let mut turns = Vec::new();
         for segment in cut {
@@ -142,6 +164,13 @@ impl Playout {
     /// and what was heard of one cut short.
     pub fn heard(&self, turn: usize) -> String {
         self.state().heard.get(&turn).cloned().unwrap_or_default()
+    }
+
+    /// The longest silence the caller heard inside turn `turn`'s reply so far, in seconds:
+    /// a sentence of it had played out and the next was not yet synthesized (0: none).
+    pub fn longest_gap_s(&self, turn: usize) -> f64 {
+        let samples = self.state().longest_gap.get(&turn).copied().unwrap_or(0);
+        samples as f64 / f64::from(self.rate)
     }
 
     /// A writer for the responder.
@@ -195,6 +224,34 @@ mod tests {
         assert_eq!(&rest[..6], &[0.5; 6]);
         assert_eq!(&rest[6..], &[0.0; 4]);
         assert!(!playout.pending());
+    }
+
+    #[test]
+    fn a_silence_inside_a_reply_is_measured_and_one_between_replies_is_not() {
+        let playout = Playout::new(1000);
+        let mut out = [0.0f32; 10];
+        playout.push(1, "First.", &tone(0.01));
+        playout.pull(&mut out); // played out whole
+        playout.pull(&mut out); // 10 ms of silence: the next sentence is late
+        playout.pull(&mut out[..5]);
+        playout.push(1, "Second.", &tone(0.01));
+        assert!((playout.longest_gap_s(1) - 0.015).abs() < 1e-9);
+        playout.pull(&mut out);
+        playout.pull(&mut out); // the reply is over; the next turn's begins later
+        playout.push(2, "Next turn.", &tone(0.01));
+        assert_eq!(playout.longest_gap_s(2), 0.0);
+        // A sentence queued in time leaves no gap.
+        playout.push(2, "On time.", &tone(0.01));
+        playout.pull(&mut out);
+        playout.pull(&mut out);
+        assert_eq!(playout.longest_gap_s(2), 0.0);
+        // Silence while the caller speaks over the agent is theirs.
+        playout.pause();
+        playout.pull(&mut out);
+        playout.resume();
+        playout.push(2, "After the caller.", &tone(0.01));
+        assert_eq!(playout.longest_gap_s(2), 0.0);
+        assert!((playout.longest_gap_s(1) - 0.015).abs() < 1e-9);
     }
 
     #[test]

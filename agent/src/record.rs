@@ -22,6 +22,10 @@ pub struct TurnRecord {
     pub first_sentence_s: f64,
     /// The first audio of the reply went out.
     pub first_audio_s: f64,
+    /// The longest silence inside the reply: a sentence had played out and the next was
+    /// not ready (0: none, or not measured where nothing played the reply in real time).
+    #[serde(default)]
+    pub reply_gap_s: f64,
     /// Smart Turn's score when the caller stopped.
     pub end_of_turn_score: Option<f32>,
     /// The reply given was started as the caller stopped speaking, before the end of their
@@ -229,6 +233,7 @@ mod tests {
             first_token_s: stop + 1.0,
             first_sentence_s: stop + 1.5,
             first_audio_s: stop + 1.75,
+            reply_gap_s: 0.0,
             end_of_turn_score: Some(0.9),
             preemptive: false,
             preemptive_discarded: 0,

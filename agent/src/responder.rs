@@ -415,6 +415,8 @@ impl Responder {
             first_audio_s: said
                 .first_audio_s
                 .unwrap_or_else(|| call_time(Instant::now())),
+            // Measured by whatever plays the reply (`Playout`), after its last sentence.
+            reply_gap_s: 0.0,
             end_of_turn_score: turn.end_of_turn_score,
             preemptive,
             preemptive_discarded,

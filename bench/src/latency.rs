@@ -306,6 +306,7 @@ mod tests {
             first_token_s: caller_stop_s + 0.6,
             first_sentence_s: caller_stop_s + 0.7,
             first_audio_s: caller_stop_s + v2v,
+            reply_gap_s: 0.0,
             end_of_turn_score: Some(0.9),
             preemptive: false,
             preemptive_discarded: 0,

@@ -10,7 +10,7 @@ use crate::figures::{
     ConditionFigures, EngineWork, Figures, RoundFigures, RoundRecord, MAKE_ROOM_OFF, MAKE_ROOM_ON,
     VOICE_ALONE,
 };
-use crate::stats::FAILED_TURN_S;
+use crate::stats::{FAILED_TURN_S, NOTICED_GAP_S};
 
 /// The acceptance targets the report checks its figures against.
 pub const TARGET_P95_RATIO: f64 = 5.0;
@@ -306,19 +306,19 @@ fn by_condition(md: &mut String, f: &Figures) {
     let _ = writeln!(
         md,
         "| condition | callers | rounds | turns | failed | v2v p50 | v2v p95 [95% interval] | \
-         v2v max | over SLO | first token p50 / p95 | first sentence p50 / p95 | agent calls | \
-         agent errors | agent tok/s | agent TTFT p95 | KV at budget | KV preemptions | \
-         scheduler per step |"
+         v2v max | over SLO | first token p50 / p95 | first sentence p50 / p95 | replies with a \
+         gap (longest) | agent calls | agent errors | agent tok/s | agent TTFT p95 | KV at budget \
+         | KV preemptions | scheduler per step |"
     );
-    let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for c in &f.conditions {
         let s = &c.summary;
         let [lo, hi] = s.voice_to_voice_p95_interval_s;
         let _ = writeln!(
             md,
             "| {} | {} | {} | {} | {} | {:.2} s | {:.2} s [{lo:.2}, {hi:.2}] | {:.2} s | {} \
-             ({:.1}%) | {:.2} / {:.2} s | {:.2} / {:.2} s | {} | {} | {:.2} | {:.2} s | {:.0}% \
-             | {} | {:.1} µs |",
+             ({:.1}%) | {:.2} / {:.2} s | {:.2} / {:.2} s | {} | {} | {} | {:.2} | {:.2} s | \
+             {:.0}% | {} | {:.1} µs |",
             c.condition,
             c.callers,
             c.rounds,
@@ -333,6 +333,8 @@ fn by_condition(md: &mut String, f: &Figures) {
             s.first_token_p95_s,
             s.first_sentence_p50_s,
             s.first_sentence_p95_s,
+            s.reply_gaps
+                .map_or("–".to_owned(), |(n, max)| format!("{n} ({max:.2} s)")),
             s.agent_calls,
             s.agent_errors,
             s.agent_tokens_per_s,
@@ -342,7 +344,12 @@ fn by_condition(md: &mut String, f: &Figures) {
             c.scheduler_us_per_step,
         );
     }
-    let _ = writeln!(md);
+    let _ = writeln!(
+        md,
+        "\nReplies with a gap: answered replies inside which the caller heard {NOTICED_GAP_S} s \
+         or more of silence, a sentence over and the next not yet synthesized (–: not recorded \
+         in this run).\n"
+    );
 }
 
 fn by_round(md: &mut String, f: &Figures) {

@@ -298,6 +298,7 @@ fn match_turns(call: &str, utterance_ends: &[f64], turns: &[TurnRecord]) -> Vec<
                     preemptive: t.preemptive,
                     opening_ahead: t.opening_ahead,
                 }),
+                reply_gap_s: turn.map(|t| t.reply_gap_s),
             }
         })
         .collect()

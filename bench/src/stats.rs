@@ -29,6 +29,11 @@ pub struct VoiceTurn {
     /// in runs before it was kept).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub words: Option<TurnWords>,
+    /// The longest silence the caller heard inside the reply, its next sentence not yet
+    /// ready (`TurnRecord::reply_gap_s`; none for a failed turn, and in runs before it was
+    /// kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply_gap_s: Option<f64>,
 }
 
 /// A turn's words and the end-of-turn decisions behind its timing.
@@ -121,7 +126,15 @@ pub struct Summary {
     /// The same, per second of the window.
     pub agent_tokens_per_s: f64,
     pub agent_first_token_p95_s: f64,
+    /// Answered replies with a silence of [`NOTICED_GAP_S`] or more inside them, and the
+    /// longest silence inside any reply (none: the records do not say, an older run's).
+    #[serde(default)]
+    pub reply_gaps: Option<(usize, f64)>,
 }
+
+/// A silence inside a reply a caller notices: longer than the pause at a comma, shorter than
+/// the one that tells them the agent has finished.
+pub const NOTICED_GAP_S: f64 = 0.2;
 
 /// The figures of `turns`, and of `agents` over their first `window_s` seconds, against
 /// `slo_s`.
@@ -138,6 +151,7 @@ pub fn summarize(
     let first_sentence = present(|t| t.first_sentence_s);
     let agent_output_tokens = agents.iter().map(|a| a.tokens_by(window_s)).sum();
     let agent_first_token: Vec<f64> = agents.iter().filter_map(|a| a.first_token_s).collect();
+    let gaps = present(|t| t.reply_gap_s);
     Summary {
         turns: turns.len(),
         failed_turns: turns
@@ -164,6 +178,10 @@ pub fn summarize(
             0.0
         },
         agent_first_token_p95_s: percentile(&agent_first_token, 95.0),
+        reply_gaps: (!gaps.is_empty()).then(|| {
+            let noticed = gaps.iter().filter(|g| **g >= NOTICED_GAP_S).count();
+            (noticed, gaps.iter().copied().fold(0.0, f64::max))
+        }),
     }
 }
 
@@ -216,6 +234,7 @@ mod tests {
             first_sentence_s: v2v.map(|v| v / 2.0),
             stages_s: None,
             words: None,
+            reply_gap_s: v2v.map(|v| v / 8.0),
         }
     }
 
@@ -254,6 +273,9 @@ mod tests {
         assert_eq!(summary.over_slo_share, 0.5);
         assert_eq!(summary.agent_tokens_per_s, 4.0);
         assert_eq!(summary.first_token_p95_s, 95.0 / 4.0);
+        // Silences inside the replies of 0.125, 0.25 and 11.875 s: two a caller notices.
+        assert_eq!(summary.reply_gaps, Some((2, 95.0 / 8.0)));
+        assert_eq!(summarize(&turns[2..3], &agents, 10.0, 2.5).reply_gaps, None);
         assert_eq!(slo_from_voice_alone(&turns[..2]), 2.25);
     }
 

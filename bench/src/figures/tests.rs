@@ -10,6 +10,7 @@ fn turn(v2v: f64) -> VoiceTurn {
         first_sentence_s: Some(0.5),
         stages_s: Some([1.0, 0.2, 0.2, 0.3, v2v - 1.7]),
         words: None,
+        reply_gap_s: Some(0.0),
     }
 }
 
