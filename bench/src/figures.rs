@@ -43,6 +43,9 @@ pub struct Sample {
     /// Voice turns whose hold ended at their first sentence, before the token window's end.
     #[serde(default)]
     pub first_sentence_releases: u64,
+    /// Steps that left the agents' prompts out to pace a call's reply.
+    #[serde(default)]
+    pub paced_steps: u64,
     /// Finished call turns whose KV was kept for the call's next turn.
     #[serde(default)]
     pub retained_turns: u64,
@@ -144,6 +147,8 @@ pub struct EngineFigures {
     pub hints_seen: u64,
     pub hints_superseded: u64,
     pub first_sentence_releases: u64,
+    #[serde(default)]
+    pub paced_steps: u64,
     pub retained_turns: u64,
     #[serde(default)]
     pub retained_hits: u64,
@@ -470,6 +475,7 @@ pub fn engine_figures(samples: &[Sample], window_s: f64) -> EngineFigures {
         hints_seen: grew(|s| s.hints_seen),
         hints_superseded: grew(|s| s.hints_superseded),
         first_sentence_releases: grew(|s| s.first_sentence_releases),
+        paced_steps: grew(|s| s.paced_steps),
         retained_turns: grew(|s| s.retained_turns),
         retained_hits: grew(|s| s.retained_hits),
         turn_prompt_cached_share: match grew(|s| s.turn_prompt_tokens) {

@@ -358,20 +358,21 @@ fn by_round(md: &mut String, f: &Figures) {
         md,
         "| # | condition | callers | seed | turns | v2v p95 | over SLO | agent tok/s | agent \
          TTFT p95 | KV at budget | KV mean | KV preemptions | growth preemptions | held \
-         request-steps | hold releases | first-sentence releases | prefill chunks | turn hints \
+         request-steps | hold releases | first-sentence releases | paced steps | prefill chunks \
+         | turn hints \
          | hints withdrawn | retained turns | retained hits | turn prompts cached | steps | \
          scheduler per step | CPU, cores | host steal, cores |"
     );
     let _ = writeln!(
         md,
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     for (n, r) in f.rounds.iter().enumerate() {
         let (s, e) = (&r.summary, &r.engine);
         let _ = writeln!(
             md,
             "| {} | {} | {} | {} | {} | {:.2} s | {} | {:.2} | {:.2} s | {:.0}% | {:.0}% | {} | \
-             {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} µs | {} | {} |",
+             {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} µs | {} | {} |",
             n + 1,
             r.condition,
             r.callers,
@@ -388,6 +389,7 @@ fn by_round(md: &mut String, f: &Figures) {
             e.held_request_steps,
             e.hold_releases,
             e.first_sentence_releases,
+            e.paced_steps,
             e.prefill_chunks,
             e.hints_seen,
             e.hints_superseded,

@@ -130,6 +130,7 @@ pub fn run_round(plan: &RoundPlan) -> Result<RoundRecord> {
                     hints_seen: state.counters.hints_seen,
                     hints_superseded: state.counters.hints_superseded,
                     first_sentence_releases: state.counters.first_sentence_releases,
+                    paced_steps: state.counters.paced_steps,
                     retained_turns: state.counters.retained_turns,
                     retained_hits: state.counters.retained_hits,
                     turn_prompt_tokens: state.counters.turn_prompt_tokens,

@@ -14,7 +14,8 @@
 //!   `window_tokens`, less urgent prefill (and, with the decode hold, decoding) waits; no
 //!   request waits more than `window_tokens` steps in a row for it; optionally
 //!   (`release_at_first_sentence`) the hold ends when the call's agent says the reply's
-//!   first sentence is out;
+//!   first sentence is out; after it, while the reply decodes, less urgent prefill goes
+//!   into one step of `reply_pace_steps`, so the rest of the reply keeps ahead of speech;
 //! - **turn hint**: a caller who just stopped speaking holds less urgent prefill for
 //!   `hint_hold_ms` so the turn that follows finds room;
 //! - **call retention**: a finished call turn's KV stays cached for the call's next turn.

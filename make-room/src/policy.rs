@@ -357,6 +357,17 @@ impl Scheduler {
                 && r.generated + 1 < r.max_new
                 && r.held_steps < window
         };
+        let voice_priority = self.config.whole_prompt_priority;
+        let voice = move |r: &Request| voice_priority.is_some_and(|p| r.priority <= p);
+        // A call's reply decoding: the agents' prompts wait for its pace's step.
+        let every = self.config.reply_pace_steps.max(1) as u64;
+        let paced = switches.budget_cap
+            && self.counters.steps % every != 0
+            && self
+                .requests
+                .values()
+                .any(|r| r.running && voice(r) && !r.prefilling());
+        let mut paced_out: Vec<u64> = Vec::new();
 
         let mut order: Vec<u64> = self
             .requests
@@ -395,9 +406,22 @@ impl Scheduler {
                         plan.held.push(id);
                         continue;
                     }
+                    if paced && !decoding && !voice(r) {
+                        paced_out.push(id);
+                        continue;
+                    }
                     self.run_request(id, &mut room, &mut budget, &mut plan);
                 }
             }
+        }
+        // Pacing never leaves a step with nothing to compute either.
+        if plan.tokens() == 0 {
+            for id in std::mem::take(&mut paced_out) {
+                self.run_request(id, &mut room, &mut budget, &mut plan);
+            }
+        }
+        if !paced_out.is_empty() {
+            self.counters.paced_steps += 1;
         }
         // A hold never leaves a step with nothing to compute: the request held longest goes.
         if plan.tokens() == 0 {

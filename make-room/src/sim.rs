@@ -248,6 +248,8 @@ pub fn random_workload(seed: u64) -> Workload {
         release_at_first_sentence: false,
         retain_tokens: rng.range(0, kv_budget_tokens as u64 / 2) as usize,
         retain_ms: rng.range(0, 2000),
+        // A stream of its own, so that the other draws are each seed's as before.
+        reply_pace_steps: Rng::new(seed ^ 0x9ace).range(0, 5) as usize,
     };
     let equal = rng.chance(0.33);
     let count = rng.range(1, 12);

@@ -92,6 +92,12 @@ pub struct PolicyConfig {
     /// the hold ending there cut the agents' held request-steps by 44% (see
     /// `docs/benchmarking.md`, run 14).
     pub release_at_first_sentence: bool,
+    /// With the budget cap on, while a call's reply decodes, the agents' prompt chunks go
+    /// into one step of this many, the others being decodes only: the rest of a reply
+    /// must keep ahead of its own speech, and beside four callers one token per agents'
+    /// 64-token chunk left 7 of 60 replies with a silence between their sentences (run 46
+    /// in `docs/benchmarking.md`). It only reorders the agents' work. 0 or 1: every step.
+    pub reply_pace_steps: usize,
     /// Most tokens kept for finished call turns, and for how long.
     pub retain_tokens: usize,
     pub retain_ms: u64,
@@ -111,6 +117,7 @@ impl Default for PolicyConfig {
             max_preemptions: 2,
             hint_hold_ms: 1_200,
             release_at_first_sentence: true,
+            reply_pace_steps: 4,
             retain_tokens: 4_096,
             retain_ms: 30_000,
         }
@@ -239,6 +246,9 @@ pub struct Counters {
     pub hints_superseded: u64,
     /// Voice turns whose hold ended at their first sentence, before the window's end.
     pub first_sentence_releases: u64,
+    /// Steps that left the agents' prompts out to pace a call's reply
+    /// ([`PolicyConfig::reply_pace_steps`]).
+    pub paced_steps: u64,
     pub retained_turns: u64,
     pub retained_hits: u64,
     /// Voice turns' prompt tokens at their arrival, and how many of them the engine's

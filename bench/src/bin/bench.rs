@@ -125,6 +125,10 @@ struct Args {
     #[arg(long, default_value_t = PolicyConfig::default().release_at_first_sentence,
           action = clap::ArgAction::Set)]
     release_at_first_sentence: bool,
+    /// While a call's reply decodes, the agents' prompt chunks go into one step of this
+    /// many, so that the reply keeps ahead of its speech (1: every step, as before run 47).
+    #[arg(long, default_value_t = PolicyConfig::default().reply_pace_steps)]
+    reply_pace_steps: usize,
     /// The nice value of the engine's threads in steps that compute for no voice turn
     /// (Linux, make-room's priority switch on): the voice pipeline's models take the cores
     /// first (0: never lowered).
@@ -214,6 +218,7 @@ fn run(args: Args) -> Result<()> {
             window_tokens: args.first_tokens.max(1),
             hint_hold_ms: args.hint_hold_ms,
             release_at_first_sentence: args.release_at_first_sentence,
+            reply_pace_steps: args.reply_pace_steps,
             ..PolicyConfig::default()
         }),
         compute_nice: args.engine_nice,
@@ -392,6 +397,7 @@ fn report(args: &Args, commit: Option<String>, rounds: Vec<RoundRecord>) -> Resu
             "calls_fill_window": !args.calls_once, "on_switches": &args.on_switches,
             "hint_hold_ms": args.hint_hold_ms,
             "release_at_first_sentence": args.release_at_first_sentence,
+            "reply_pace_steps": args.reply_pace_steps,
             "engine_nice": args.engine_nice,
             "trace": args.trace.as_ref().or(args.mooncake.as_ref()).map(|p| p.display().to_string()),
             "mooncake_scale": args.mooncake.as_ref().map(|_| args.mooncake_scale),

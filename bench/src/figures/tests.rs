@@ -29,6 +29,7 @@ fn sample(t_s: f64, kv: usize, held: u64, waiting: usize) -> Sample {
         hints_seen: 0,
         hints_superseded: 0,
         first_sentence_releases: 0,
+        paced_steps: held / 4,
         retained_turns: 0,
         retained_hits: held / 2,
         turn_prompt_tokens: held * 100,

@@ -175,7 +175,7 @@ pub fn render_scheduler(state: &SchedulerState) -> String {
     .map(|(name, on)| (format!("{{switch=\"{name}\"}}"), u64::from(*on)))
     .collect();
     let c = &state.counters;
-    let families: [Family; 19] = [
+    let families: [Family; 20] = [
         (
             "sublet_make_room_switch",
             "gauge",
@@ -278,6 +278,12 @@ pub fn render_scheduler(state: &SchedulerState) -> String {
             "counter",
             "Voice turns whose hold ended at their first sentence, before the window's end.",
             plain(c.first_sentence_releases),
+        ),
+        (
+            "sublet_paced_steps_total",
+            "counter",
+            "Steps that left the agents' prompts out to pace a call's reply.",
+            plain(c.paced_steps),
         ),
         (
             "sublet_turn_prompt_tokens_total",

@@ -179,16 +179,27 @@ fn prompts_take_the_idle_chunk_until_a_voice_turn_is_near() {
     let plan = scheduler.schedule(10_010);
     assert!(plan.tokens() <= 40 + 16, "{plan:?}");
     // Past its window the reply only has to keep ahead of speech: the idle chunk again,
-    // though it still decodes.
+    // in one step of `reply_pace_steps`; the steps between decode the reply alone.
     let mut past = scheduler.clone();
     past.finish_step(&plan, 10_020, &[]);
     for at in 0..scheduler.config().window_tokens as u64 {
         let plan = past.schedule(10_020 + at);
         past.finish_step(&plan, 10_021 + at, &[]);
     }
-    let plan = past.schedule(20_000);
-    assert!(plan.decode.contains(&2), "the reply decodes on: {plan:?}");
-    assert_eq!(plan.tokens(), 64, "{plan:?}");
+    let every = past.config().reply_pace_steps;
+    let paced_before = past.counters.paced_steps;
+    let mut chunks = Vec::new();
+    for at in 0..every as u64 {
+        let plan = past.schedule(20_000 + at);
+        assert!(plan.decode.contains(&2), "the reply decodes on: {plan:?}");
+        chunks.push(plan.tokens() - plan.decode.len());
+        past.finish_step(&plan, 20_001 + at, &[]);
+    }
+    chunks.sort();
+    let mut expected = vec![0; every - 1];
+    expected.push(63);
+    assert_eq!(chunks, expected);
+    assert_eq!(past.counters.paced_steps - paced_before, every as u64 - 1);
     scheduler.set_switches(Switches::default());
     scheduler.finish_step(&plan, 10_020, &[]);
     let plan = scheduler.schedule(10_020);
