@@ -362,7 +362,7 @@ impl Scheduler {
         // A call's reply decoding: the agents' prompts wait for its pace's step.
         let every = self.config.reply_pace_steps.max(1) as u64;
         let paced = switches.budget_cap
-            && self.counters.steps % every != 0
+            && !self.counters.steps.is_multiple_of(every)
             && self
                 .requests
                 .values()
