@@ -241,11 +241,10 @@ impl Scheduler {
         let voice_near = !self.hints.is_empty()
             || !self.coming.is_empty()
             || self.config.switches.budget_cap
-                && self.config.whole_prompt_priority.is_some_and(|p| {
-                    self.requests
-                        .values()
-                        .any(|r| r.priority <= p && (!r.running || r.in_window(window)))
-                });
+                && self
+                    .requests
+                    .values()
+                    .any(|r| self.is_call(r) && (!r.running || r.in_window(window)));
         match voice_near {
             true => self.config.chunk_tokens,
             false => self.config.idle_chunk_tokens.or(self.config.chunk_tokens),
@@ -298,7 +297,7 @@ impl Scheduler {
                 r.cached.max(retained)
             }
             .min(r.target());
-            let first_chunk = if self.runs_whole(r) {
+            let first_chunk = if self.is_call(r) {
                 usize::MAX
             } else {
                 chunk.unwrap_or(usize::MAX).max(1)
@@ -357,8 +356,6 @@ impl Scheduler {
                 && r.generated + 1 < r.max_new
                 && r.held_steps < window
         };
-        let voice_priority = self.config.whole_prompt_priority;
-        let voice = move |r: &Request| voice_priority.is_some_and(|p| r.priority <= p);
         // A call's reply decoding: the agents' prompts wait for its pace's step.
         let every = self.config.reply_pace_steps.max(1) as u64;
         let paced = switches.budget_cap
@@ -366,7 +363,7 @@ impl Scheduler {
             && self
                 .requests
                 .values()
-                .any(|r| r.running && voice(r) && !r.prefilling());
+                .any(|r| r.running && self.is_call(r) && !r.prefilling());
         let mut paced_out: Vec<u64> = Vec::new();
 
         let mut order: Vec<u64> = self
@@ -406,7 +403,7 @@ impl Scheduler {
                         plan.held.push(id);
                         continue;
                     }
-                    if paced && !decoding && !voice(r) {
+                    if paced && !decoding && !self.is_call(r) {
                         paced_out.push(id);
                         continue;
                     }
@@ -456,8 +453,9 @@ impl Scheduler {
         plan
     }
 
-    /// Whether the request's prompt is exempt from chunking.
-    fn runs_whole(&self, r: &Request) -> bool {
+    /// Whether the request is a call's (at `whole_prompt_priority` or more urgent): its
+    /// prompt runs whole, its nearness shrinks the agents' chunks, its reply paces them.
+    fn is_call(&self, r: &Request) -> bool {
         self.config
             .whole_prompt_priority
             .is_some_and(|p| r.priority <= p)
@@ -486,7 +484,7 @@ impl Scheduler {
             plan.decode.push(id);
             return;
         }
-        let whole = self.runs_whole(r);
+        let whole = self.is_call(r);
         if whole && !plan.prefill.is_empty() {
             return;
         }
