@@ -1,7 +1,7 @@
 //! Where the engine's time went, from a scheduler trace (`SUBLET_SCHEDULER_TRACE=FILE`):
-//! the passes between two times, by kind (a call's or an agents', prompt chunk or decode;
-//! the agents' prompt chunks by length, since on a CPU each pass has a fixed cost), with
-//! their tokens and milliseconds per token.
+//! the passes between two times, by kind (a call's or an agents', prompt chunk or decode,
+//! or a mixed pass of both; the agents' prompt chunks by length, since on a CPU each pass
+//! has a fixed cost), with their tokens and milliseconds per token.
 //!
 //! ```text
 //! cargo run --release -p sublet-bench --example trace_time -- TRACE [FROM_S TO_S]
@@ -34,6 +34,36 @@ struct Tally {
     ms: u64,
     tokens: u64,
     passes: u64,
+}
+
+/// A prompt pass's kind (a call's, or the agents' by chunk length) and its tokens, from
+/// its `ids: [..]` and `len: ..`.
+fn prompt_kind(body: &str, calls: &HashSet<u64>) -> (String, u64) {
+    let ids = numbers(list(body, "ids: ["));
+    let len = body
+        .split_once("len: ")
+        .map_or(0, |(_, n)| numbers(n).first().copied().unwrap_or(0));
+    let tokens = len * ids.len() as u64;
+    if ids.iter().all(|id| calls.contains(id)) {
+        return ("call prompt".to_owned(), tokens);
+    }
+    let size = match len {
+        0..=16 => "1-16",
+        17..=32 => "17-32",
+        _ => "33+",
+    };
+    (format!("agents' prompt, {size}-token chunks"), tokens)
+}
+
+/// A decode pass's kind (whose sequences it decodes) and its tokens.
+fn decode_kind(ids: &[u64], calls: &HashSet<u64>) -> (String, u64) {
+    let of_calls = ids.iter().filter(|id| calls.contains(id)).count();
+    let kind = match (of_calls, ids.len() - of_calls) {
+        (_, 0) => "call decode",
+        (0, _) => "agents' decode",
+        _ => "call and agents' decode",
+    };
+    (kind.to_owned(), ids.len() as u64)
 }
 
 fn main() -> anyhow::Result<()> {
@@ -75,30 +105,17 @@ fn main() -> anyhow::Result<()> {
             "pass" => {
                 ends.push(at);
                 let kind = if let Some(prefill) = body.strip_prefix("Prefill") {
-                    let ids = numbers(list(prefill, "ids: ["));
-                    let len = prefill
-                        .split_once("len: ")
-                        .map_or(0, |(_, n)| numbers(n).first().copied().unwrap_or(0));
-                    let tokens = len * ids.len() as u64;
-                    if ids.iter().all(|id| calls.contains(id)) {
-                        ("call prompt".to_owned(), tokens)
-                    } else {
-                        let size = match len {
-                            0..=16 => "1-16",
-                            17..=32 => "17-32",
-                            _ => "33+",
-                        };
-                        (format!("agents' prompt, {size}-token chunks"), tokens)
-                    }
+                    prompt_kind(prefill, &calls)
+                } else if let Some(mixed) = body.strip_prefix("Mixed") {
+                    // `Mixed { decode: [..], ids: [..], start: .., len: .. }`
+                    let (prompt, prompt_tokens) = prompt_kind(mixed, &calls);
+                    let (decode, decodes) = decode_kind(&numbers(list(mixed, "decode: [")), &calls);
+                    (
+                        format!("mixed: {prompt} + {decode}"),
+                        prompt_tokens + decodes,
+                    )
                 } else {
-                    let ids = numbers(body);
-                    let of_calls = ids.iter().filter(|id| calls.contains(id)).count();
-                    let kind = match (of_calls, ids.len() - of_calls) {
-                        (_, 0) => "call decode",
-                        (0, _) => "agents' decode",
-                        _ => "call and agents' decode",
-                    };
-                    (kind.to_owned(), ids.len() as u64)
+                    decode_kind(&numbers(body), &calls)
                 };
                 passes.push((at, kind.0, kind.1));
             }

@@ -64,6 +64,11 @@ pub struct EngineConfig {
     /// 0, the default: never lowered; [`SHARED_COMPUTE_NICE`] where calls share the engine
     /// with agents.
     pub compute_nice: i32,
+    /// Under make-room on the CPU, run a step's decodes inside its prompt chunk's pass
+    /// where the model takes them (the GGUF llama model; patch 32 of the series): on a CPU
+    /// each pass reads every weight once. On by default; off, they are passes of their own,
+    /// as stock runs them.
+    pub mixed_passes: bool,
 }
 
 /// The engine threads' nice value in steps that serve no caller, for an engine that calls
@@ -82,6 +87,7 @@ impl EngineConfig {
             accelerator: Accelerator::Cpu,
             make_room: None,
             compute_nice: 0,
+            mixed_passes: true,
         })
     }
 }
@@ -493,7 +499,13 @@ async fn build_runner(
         )),
         None => Arc::new(tokio::sync::Mutex::new(
             scheduler::MakeRoomScheduler::new(policy, make_room)
-                .unequal_decodes_together(decodes_unequal_lengths_together(model))
+                .batching(
+                    match (decodes_unequal_lengths_together(model), config.mixed_passes) {
+                        (false, _) => scheduler::Batching::EqualLengths,
+                        (true, false) => scheduler::Batching::UnequalDecodes,
+                        (true, true) => scheduler::Batching::Mixed,
+                    },
+                )
                 .compute_nice(config.compute_nice),
         )),
     };
@@ -542,6 +554,7 @@ mod tests {
             accelerator: Accelerator::Cpu,
             make_room: None,
             compute_nice: 0,
+            mixed_passes: true,
         }
     }
 

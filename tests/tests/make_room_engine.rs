@@ -3,7 +3,8 @@
 //! case fails by itself if its condition did not hold when the turn was sent; these tests
 //! check what the scheduler did, from its own state, not how fast it was (the timings and
 //! their ratios are `cargo xtask probe`'s to print). Also: sequences of different lengths
-//! decoded in one pass give each the tokens it gets alone, and a call's turn outlives the
+//! decoded in one pass, and prompt chunks and decodes in one mixed pass, give each the
+//! tokens it gets alone, and a call's turn outlives the
 //! agents' contexts in the prefix cache with call retention, and a turn whose reader left
 //! mid-reply leaves its KV to the next.
 
@@ -104,6 +105,59 @@ fn sequences_of_different_lengths_decode_in_one_pass_as_each_alone() {
         after.decoded_sequences - before.decoded_sequences
             > after.decode_passes - before.decode_passes
     );
+    assert_eq!(together, alone);
+}
+
+#[test]
+fn prompt_chunks_and_decodes_in_one_mixed_pass_give_each_its_tokens_alone() {
+    // Patch 32 and the adapter's `Batching::Mixed`: a step's decodes run inside its
+    // prompt chunk's pass. With 16-token chunks, the later requests' prompts are computed
+    // while the earlier ones decode, in passes of both. Two engines, so that the second
+    // finds none of the prompts in its prefix cache.
+    let cache = ModelCache::from_env();
+    let load = || {
+        Arc::new(
+            Engine::load(&EngineConfig {
+                make_room: Some(PolicyConfig {
+                    chunk_tokens: Some(16),
+                    ..PolicyConfig::default()
+                }),
+                mixed_passes: true,
+                ..EngineConfig::bundled(&cache).unwrap()
+            })
+            .unwrap(),
+        )
+    };
+    let prompts = [
+        "Count from one to ten, in words.",
+        "Name three colours of the rainbow, then say why the sky looks blue in the day.",
+        "Write one sentence about a cat that sleeps on a warm windowsill in the afternoon sun, \
+         and one about the dog that watches it from the garden below.",
+    ];
+    let one_at_a_time = load();
+    let alone: Vec<String> = prompts.iter().map(|p| reply(&one_at_a_time, p)).collect();
+    let alone_state = one_at_a_time.scheduler_state();
+    assert_eq!(
+        alone_state.mixed_passes, 0,
+        "one at a time: {alone_state:?}"
+    );
+
+    let engine = load();
+    let together: Vec<String> = prompts
+        .iter()
+        .map(|p| {
+            let (engine, prompt) = (engine.clone(), p.to_string());
+            // Each arrives while the one before decodes.
+            std::thread::sleep(std::time::Duration::from_millis(150));
+            std::thread::spawn(move || reply(&engine, &prompt))
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|t| t.join().unwrap())
+        .collect();
+    let after = engine.scheduler_state();
+    println!("{alone:#?}\n{together:#?}\n{after:?}");
+    assert!(after.mixed_passes >= 2, "too few mixed passes: {after:?}");
     assert_eq!(together, alone);
 }
 

@@ -134,6 +134,10 @@ struct Args {
     /// first (0: never lowered).
     #[arg(long, default_value_t = SHARED_COMPUTE_NICE)]
     engine_nice: i32,
+    /// Run a step's decodes inside its prompt chunk's forward pass (mixed passes), off and
+    /// on alike; `false`: passes of their own, as before run 48.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    mixed_passes: bool,
     /// Only write the figures, `report.md` and the plots again from the records in
     /// `--out`'s `summary.json` (after a change to the figures or the report's layout).
     #[arg(long)]
@@ -222,6 +226,7 @@ fn run(args: Args) -> Result<()> {
             ..PolicyConfig::default()
         }),
         compute_nice: args.engine_nice,
+        mixed_passes: args.mixed_passes,
         ..EngineConfig::bundled(&cache)?
     })?);
     // Turn hints tell make-room a turn is coming, so that agent chunks shrink before it.
@@ -399,6 +404,7 @@ fn report(args: &Args, commit: Option<String>, rounds: Vec<RoundRecord>) -> Resu
             "release_at_first_sentence": args.release_at_first_sentence,
             "reply_pace_steps": args.reply_pace_steps,
             "engine_nice": args.engine_nice,
+            "mixed_passes": args.mixed_passes,
             "trace": args.trace.as_ref().or(args.mooncake.as_ref()).map(|p| p.display().to_string()),
             "mooncake_scale": args.mooncake.as_ref().map(|_| args.mooncake_scale),
             "agent_driver": format!("{:?}", args.agent_driver).to_lowercase(),

@@ -198,6 +198,7 @@ fn smoke(args: &Args) -> Result<()> {
             accelerator,
             make_room,
             compute_nice: 0,
+            mixed_passes: true,
         })?;
         eprintln!(
             "gpu_check: {} loaded on {accelerator} in {:.1} s",

@@ -46,6 +46,7 @@ fn main() -> Result<()> {
             accelerator: Accelerator::Cpu,
             make_room: None,
             compute_nice: 0,
+            mixed_passes: true,
         },
         None => EngineConfig::bundled(&ModelCache::from_env())?,
     };

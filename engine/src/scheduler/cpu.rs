@@ -20,7 +20,7 @@ use mistralrs_core::{
 };
 
 use super::planner::Planner;
-use super::{request_of, stopped, MakeRoomHandle, Pass, ENGINE_FAULT};
+use super::{request_of, stopped, Batching, MakeRoomHandle, Pass, ENGINE_FAULT};
 use crate::cpu_priority::ThreadPriority;
 use crate::make_room::PolicyConfig;
 
@@ -48,11 +48,10 @@ impl MakeRoomScheduler {
         }
     }
 
-    /// Whether the model decodes sequences of different KV lengths in one forward pass
-    /// (default: no, as stock on CPU, where each length is a pass of its own). With it,
-    /// every step's decodes are one pass.
-    pub fn unequal_decodes_together(mut self, together: bool) -> Self {
-        self.planner.set_unequal_decodes_together(together);
+    /// What the model computes in one forward pass (default: decodes of equal KV length,
+    /// as stock on CPU, where each length is a pass of its own); see [`Batching`].
+    pub fn batching(mut self, batching: Batching) -> Self {
+        self.planner.set_batching(batching);
         self
     }
 
@@ -164,6 +163,27 @@ impl Scheduler for MakeRoomScheduler {
                     }
                 }
             }
+            // Both lists at once: the engine runs them as one pass (`runs_mixed_passes`).
+            Some(Pass::Mixed {
+                decode,
+                ids,
+                start,
+                len,
+            }) => {
+                for seq in self.running.iter_mut() {
+                    if !seq.is_running() {
+                        continue;
+                    }
+                    if ids.contains(&key(seq)) {
+                        seq.set_prompt_chunk(start, start + len);
+                        seq.set_state(SequenceState::RunningPrompt);
+                        prompt.push(seq);
+                    } else if decode.contains(&key(seq)) {
+                        seq.set_state(SequenceState::RunningCompletion);
+                        completion.push(seq);
+                    }
+                }
+            }
             None => {}
         }
         SchedulerOutput::DefaultScheduler {
@@ -176,6 +196,10 @@ impl Scheduler for MakeRoomScheduler {
 
     fn waiting_len(&self) -> usize {
         self.waiting.len()
+    }
+
+    fn runs_mixed_passes(&self) -> bool {
+        self.planner.batching() == Batching::Mixed
     }
 
     fn running_len(&self) -> usize {

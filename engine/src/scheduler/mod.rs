@@ -51,6 +51,9 @@ pub struct SchedulerState {
     pub decode_passes: u64,
     pub decoded_sequences: u64,
     pub unequal_decode_passes: u64,
+    /// Of the decode passes, those that ran inside a prompt chunk's pass
+    /// ([`Batching::Mixed`]).
+    pub mixed_passes: u64,
     /// Running requests per priority, most urgent first.
     pub running_by_priority: Vec<(i32, usize)>,
     /// Of those, the ones whose prompt is not yet all computed.
@@ -70,6 +73,30 @@ enum Pass {
         start: usize,
         len: usize,
     },
+    /// A prompt chunk's pass with the step's decodes in it ([`Batching::Mixed`]).
+    Mixed {
+        decode: Vec<u64>,
+        ids: Vec<u64>,
+        start: usize,
+        len: usize,
+    },
+}
+
+/// What the model computes in one forward pass, which decides how a step splits into
+/// passes. On a CPU every pass reads every weight once, so fewer passes cost less.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Batching {
+    /// Decodes of equal KV length, prompt chunks of equal start and length (stock on a
+    /// CPU, where the sequences' caches are concatenated for a pass).
+    #[default]
+    EqualLengths,
+    /// Decodes of any KV lengths together (patch 5 of the series: the GGUF llama model on
+    /// the CPU; paged attention on a GPU).
+    UnequalDecodes,
+    /// That, and the step's decodes inside a prompt chunk's pass (patch 32: mixed passes,
+    /// the GGUF llama model on the CPU), where on a CPU a decode costs a row of the
+    /// chunk's products instead of a pass of its own.
+    Mixed,
 }
 
 /// A line per event (a caller's request sent, a request added, a step planned, a pass
@@ -267,10 +294,14 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// Splits a step into the passes the engine can batch: by priority, most urgent first;
 /// within a priority decodes before prompt chunks (as stock runs them), and sequences
 /// grouped by chunk start, length and whether it samples (prompts) and, unless the model
-/// decodes unequal lengths together, by KV length (decodes). With `unequal_decodes_together` all the
-/// step's decodes are one pass, at its most urgent decode's place: on a CPU a pass reads
-/// every weight once, whatever it decodes.
-fn passes(policy: &make_room::Scheduler, plan: &Plan, unequal_decodes_together: bool) -> Vec<Pass> {
+/// decodes unequal lengths together, by KV length (decodes). From
+/// [`Batching::UnequalDecodes`] all the step's decodes are one pass, at its most urgent
+/// decode's place: on a CPU a pass reads every weight once, whatever it decodes. With
+/// [`Batching::Mixed`] that pass goes into the step's last prompt pass, unless that
+/// prompt is more urgent than every decode (a call's prompt is never slowed by the
+/// agents' decodes).
+fn passes(policy: &make_room::Scheduler, plan: &Plan, batching: Batching) -> Vec<Pass> {
+    let unequal_decodes_together = batching != Batching::EqualLengths;
     let request = |id: u64| policy.request(id).expect("planned request exists");
     // (priority, first id, pass)
     let mut keyed: Vec<(i32, u64, Pass)> = Vec::new();
@@ -316,7 +347,40 @@ fn passes(policy: &make_room::Scheduler, plan: &Plan, unequal_decodes_together: 
     }
     // Stable: decodes stay ahead of prompt chunks within a priority.
     keyed.sort_by_key(|(priority, _, pass)| (*priority, matches!(pass, Pass::Prefill { .. })));
+    if batching == Batching::Mixed {
+        mix_decodes_into_last_prompt(&mut keyed);
+    }
     keyed.into_iter().map(|(_, _, pass)| pass).collect()
+}
+
+/// [`Batching::Mixed`]: the step's one decode pass joins its last (least urgent) prompt
+/// pass, if that prompt is not more urgent than the decodes.
+fn mix_decodes_into_last_prompt(keyed: &mut Vec<(i32, u64, Pass)>) {
+    let decode = keyed
+        .iter()
+        .position(|(_, _, pass)| matches!(pass, Pass::Decode(_)));
+    let prompt = keyed
+        .iter()
+        .rposition(|(_, _, pass)| matches!(pass, Pass::Prefill { .. }));
+    let (Some(d), Some(p)) = (decode, prompt) else {
+        return;
+    };
+    if keyed[p].0 < keyed[d].0 {
+        return;
+    }
+    let (_, _, Pass::Decode(decode)) = keyed.remove(d) else {
+        unreachable!("found as a decode pass")
+    };
+    let p = if d < p { p - 1 } else { p };
+    let entry = &mut keyed[p].2;
+    if let Pass::Prefill { ids, start, len } = entry {
+        *entry = Pass::Mixed {
+            decode,
+            ids: std::mem::take(ids),
+            start: *start,
+            len: *len,
+        };
+    }
 }
 
 #[cfg(test)]

@@ -33,7 +33,7 @@ use mistralrs_core::{
 
 use super::blocks::{budget_for_pool, PagedKv, SeqId};
 use super::planner::Planner;
-use super::{lock, request_of, stopped, MakeRoomHandle, Pass, ENGINE_FAULT};
+use super::{lock, request_of, stopped, Batching, MakeRoomHandle, Pass, ENGINE_FAULT};
 use crate::make_room::{Plan, PolicyConfig, Refused};
 
 /// What the adapter needs of a sequence: the engine's, behind its lock, or a test's.
@@ -99,7 +99,7 @@ impl<S: PagedSeq> PagedSteps<S> {
             ..config
         };
         let mut planner = Planner::new(config, handle);
-        planner.set_unequal_decodes_together(true);
+        planner.set_batching(Batching::UnequalDecodes);
         Self {
             planner,
             kv,
@@ -193,6 +193,7 @@ impl<S: PagedSeq> PagedSteps<S> {
                     cached: start,
                 })
             }
+            Pass::Mixed { .. } => unreachable!("the paged path's batching has no mixed passes"),
         }
     }
 

@@ -10,7 +10,7 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use super::{passes, MakeRoomHandle, Pass, Quiet, SchedulerState, Trace};
+use super::{passes, Batching, MakeRoomHandle, Pass, Quiet, SchedulerState, Trace};
 use crate::make_room::{self, Plan, PolicyConfig, Refused, Request};
 
 pub(super) struct Planner {
@@ -22,8 +22,8 @@ pub(super) struct Planner {
     schedule_ns: u64,
     handle: MakeRoomHandle,
     trace: Option<Trace>,
-    /// The model decodes sequences of different KV lengths in one pass.
-    unequal_decodes_together: bool,
+    /// What the model computes in one pass.
+    batching: Batching,
     passes_out: PassCounts,
     memory: MemorySeen,
 }
@@ -44,6 +44,7 @@ struct PassCounts {
     decode_passes: u64,
     decoded_sequences: u64,
     unequal_decode_passes: u64,
+    mixed_passes: u64,
 }
 
 impl Planner {
@@ -56,14 +57,18 @@ impl Planner {
             schedule_ns: 0,
             handle: handle.clone(),
             trace: Trace::from_env(),
-            unequal_decodes_together: false,
+            batching: Batching::default(),
             passes_out: PassCounts::default(),
             memory: MemorySeen::default(),
         }
     }
 
-    pub fn set_unequal_decodes_together(&mut self, together: bool) {
-        self.unequal_decodes_together = together;
+    pub fn set_batching(&mut self, batching: Batching) {
+        self.batching = batching;
+    }
+
+    pub fn batching(&self) -> Batching {
+        self.batching
     }
 
     pub fn policy(&self) -> &make_room::Scheduler {
@@ -193,7 +198,7 @@ impl Planner {
 
     /// Queues the plan's passes, publishes the state and traces the plan.
     pub fn queue(&mut self, plan: Plan) {
-        self.passes = passes(&self.policy, &plan, self.unequal_decodes_together).into();
+        self.passes = passes(&self.policy, &plan, self.batching).into();
         let kv = self.policy.kv_used();
         self.trace(format_args!(
             "plan admitted={:?} preempted={:?} prefill={:?} decode={:?} held={:?} kv={kv}",
@@ -222,6 +227,16 @@ impl Planner {
                 .executed
                 .prefill
                 .extend(ids.iter().map(|id| (*id, *len))),
+            Pass::Mixed {
+                decode, ids, len, ..
+            } => {
+                self.executed.decode.extend(decode);
+                self.count_decode_pass(decode);
+                self.passes_out.mixed_passes += 1;
+                self.executed
+                    .prefill
+                    .extend(ids.iter().map(|id| (*id, *len)));
+            }
         }
         Some(pass)
     }
@@ -261,6 +276,7 @@ impl Planner {
             decode_passes: self.passes_out.decode_passes,
             decoded_sequences: self.passes_out.decoded_sequences,
             unequal_decode_passes: self.passes_out.unequal_decode_passes,
+            mixed_passes: self.passes_out.mixed_passes,
             running_by_priority: count(&|r| r.running),
             prefilling_by_priority: count(&|r| r.running && r.prefilling()),
             waiting_by_priority: count(&|r| !r.running),

@@ -27,7 +27,7 @@ fn a_step_splits_into_batchable_passes_most_urgent_first() {
         "the budget cap holds agent prefill: {plan:?}"
     );
     assert_eq!(
-        passes(&policy, &plan, false),
+        passes(&policy, &plan, Batching::EqualLengths),
         vec![Pass::Prefill {
             ids: vec![4],
             start: 0,
@@ -42,7 +42,7 @@ fn a_step_splits_into_batchable_passes_most_urgent_first() {
     }
     let plan = policy.schedule(0);
     assert_eq!(
-        passes(&policy, &plan, false),
+        passes(&policy, &plan, Batching::EqualLengths),
         vec![
             Pass::Prefill {
                 ids: vec![1, 2],
@@ -59,12 +59,12 @@ fn a_step_splits_into_batchable_passes_most_urgent_first() {
     policy.finish_step(&plan, 1, &[]);
     let plan = policy.schedule(2);
     assert_eq!(
-        passes(&policy, &plan, false),
+        passes(&policy, &plan, Batching::EqualLengths),
         vec![Pass::Decode(vec![1, 2]), Pass::Decode(vec![3])]
     );
     // A model that decodes unequal lengths together gets one decode pass.
     assert_eq!(
-        passes(&policy, &plan, true),
+        passes(&policy, &plan, Batching::UnequalDecodes),
         vec![Pass::Decode(vec![1, 2, 3])]
     );
 }
@@ -84,7 +84,7 @@ fn unequal_decodes_join_the_most_urgent_decode_ahead_of_prompts() {
     policy.finish_step(&plan, 1, &[]);
     policy.add(Request::new(4, 1, None, 30, 64), 0).unwrap();
     let plan = policy.schedule(2);
-    let out = passes(&policy, &plan, true);
+    let out = passes(&policy, &plan, Batching::UnequalDecodes);
     let Pass::Decode(ids) = &out[0] else {
         panic!("decodes first: {out:?}")
     };
@@ -100,7 +100,7 @@ fn unequal_decodes_join_the_most_urgent_decode_ahead_of_prompts() {
         }]
     );
     // Without it, each KV length is a pass of its own.
-    assert_eq!(passes(&policy, &plan, false).len(), 4);
+    assert_eq!(passes(&policy, &plan, Batching::EqualLengths).len(), 4);
 }
 
 #[test]
@@ -119,7 +119,7 @@ fn a_chunk_that_ends_its_prompt_never_shares_a_pass_with_one_that_does_not() {
     let plan = policy.schedule(0);
     assert_eq!(plan.prefill, vec![(1, 40), (2, 40)]);
     assert_eq!(
-        passes(&policy, &plan, false),
+        passes(&policy, &plan, Batching::EqualLengths),
         vec![
             Pass::Prefill {
                 ids: vec![1],
@@ -146,5 +146,68 @@ fn a_preempted_replys_recompute_never_shares_a_pass_with_a_prompt_that_samples()
     policy.add(Request::new(2, 1, None, 42, 64), 0).unwrap();
     let plan = policy.schedule(0);
     assert_eq!(plan.prefill, vec![(1, 42), (2, 42)]);
-    assert_eq!(passes(&policy, &plan, true).len(), 2, "{plan:?}");
+    assert_eq!(
+        passes(&policy, &plan, Batching::UnequalDecodes).len(),
+        2,
+        "{plan:?}"
+    );
+}
+
+#[test]
+fn mixed_batching_puts_the_decodes_in_the_last_prompt_pass_unless_a_call_waits_on_it() {
+    // Two agents decode at different lengths while a third agent's prompt runs: one pass.
+    let mut policy = make_room::Scheduler::new(PolicyConfig::default());
+    for (id, prompt) in [(1, 40), (2, 50)] {
+        policy
+            .add(Request::new(id, 1, None, prompt, 64), 0)
+            .unwrap();
+    }
+    let plan = policy.schedule(0);
+    policy.finish_step(&plan, 1, &[]);
+    policy.add(Request::new(3, 1, None, 30, 64), 0).unwrap();
+    let plan = policy.schedule(2);
+    let out = passes(&policy, &plan, Batching::Mixed);
+    let [Pass::Mixed {
+        decode,
+        ids,
+        start: 0,
+        len: 30,
+    }] = &out[..]
+    else {
+        panic!("one mixed pass: {out:?}")
+    };
+    assert_eq!((decode.len(), &ids[..]), (2, &[3][..]), "{out:?}");
+
+    // A call's prompt is more urgent than the agents' decodes: it runs alone, first,
+    // and the decodes go into the agents' prompt pass after it.
+    policy.finish_step(&plan, 3, &[]);
+    policy.add(Request::new(4, 0, None, 12, 64), 0).unwrap();
+    policy.add(Request::new(5, 1, None, 20, 64), 0).unwrap();
+    let plan = policy.schedule(4);
+    let out = passes(&policy, &plan, Batching::Mixed);
+    assert_eq!(
+        out[0],
+        Pass::Prefill {
+            ids: vec![4],
+            start: 0,
+            len: 12
+        },
+        "{out:?}"
+    );
+    assert!(
+        matches!(&out[1..], [Pass::Mixed { decode, .. }] if decode.len() == 3),
+        "{out:?}"
+    );
+
+    // With only a call's prompt to join, and no call decoding, the agents' decodes keep
+    // a pass of their own, after it.
+    policy.finish_step(&plan, 5, &[4]);
+    policy.add(Request::new(6, 0, None, 12, 64), 0).unwrap();
+    let plan = policy.schedule(6);
+    let out = passes(&policy, &plan, Batching::Mixed);
+    assert!(
+        matches!(&out[..], [Pass::Prefill { ids, .. }, Pass::Decode(decode)]
+            if ids == &vec![6] && decode.len() == 4),
+        "{out:?}"
+    );
 }
