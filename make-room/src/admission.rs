@@ -1,7 +1,9 @@
 //! A request's arrival: what kind of request it is, and what its arrival changes before
-//! the next plan (hints it supersedes, whether the step in flight is planned again).
+//! the next plan (hints it supersedes, whether the step in flight is planned again); and
+//! its admission, the first part of each plan (who runs now, and whom the most urgent
+//! waiting request preempts for a place or for KV room).
 
-use crate::types::{Refused, Request};
+use crate::types::{Plan, Refused, Request};
 use crate::Scheduler;
 
 /// What a request is to make-room, read from its shape (DESIGN §2: the voice agent sends
@@ -117,6 +119,139 @@ impl Scheduler {
         }
         self.counters.hints_superseded += waiting.len() as u64;
         waiting
+    }
+}
+
+impl Scheduler {
+    /// Admission, at the start of each plan: waiting requests in order (with priority on,
+    /// most urgent first), until one does not fit (first come, first served); only the
+    /// first may preempt, for a place or for KV room. `room` is the budget's free tokens.
+    pub(crate) fn admit_waiting(
+        &mut self,
+        chunk: Option<usize>,
+        room: &mut usize,
+        plan: &mut Plan,
+    ) {
+        let switches = self.config.switches.clone();
+        let mut waiting: Vec<u64> = self
+            .requests
+            .values()
+            .filter(|r| !r.running)
+            .map(|r| r.id)
+            .collect();
+        waiting.sort_by_key(|id| self.order_key(&self.requests[id], false));
+        for (position, id) in waiting.into_iter().enumerate() {
+            // Only the most urgent waiting request may preempt, here for a place.
+            if self.running_len() >= self.config.max_running
+                && !(switches.kv_preemption && position == 0 && self.free_a_place(id, room, plan))
+            {
+                break;
+            }
+            let r = &self.requests[&id];
+            // The call's retained turn, which this request takes over (eviction spares it).
+            let taken_call = r.call.filter(|&call| {
+                switches.call_retention && self.retained.iter().any(|k| k.call == call)
+            });
+            let retained = taken_call.map_or(0, |call| {
+                self.retained
+                    .iter()
+                    .find(|k| k.call == call)
+                    .map_or(0, |k| k.tokens)
+            });
+            let reuse = if r.cached_exact {
+                r.cached
+            } else {
+                r.cached.max(retained)
+            }
+            .min(r.target());
+            let first_chunk = if self.is_call(r) {
+                usize::MAX
+            } else {
+                chunk.unwrap_or(usize::MAX).max(1)
+            };
+            // Room for what it reloads and its first chunk (or its next token).
+            let need = reuse + first_chunk.min(r.target() - reuse).max(1);
+            // Retained KV is already counted: taking it over frees that much.
+            if need > *room + retained {
+                self.evict_retained(need - retained, room, taken_call);
+            }
+            let available = *room + retained;
+            // Only the most urgent waiting request may preempt for room.
+            if need > available
+                && !(switches.kv_preemption
+                    && position == 0
+                    && self.make_room_for(id, need - available, room, plan))
+            {
+                break;
+            }
+            if let Some(i) =
+                taken_call.and_then(|call| self.retained.iter().position(|k| k.call == call))
+            {
+                self.retained.remove(i);
+                *room += retained;
+                self.counters.retained_hits += 1;
+            }
+            let admission = self.next_admission;
+            self.next_admission += 1;
+            let r = self.requests.get_mut(&id).expect("waiting request exists");
+            r.running = true;
+            r.admission = admission;
+            r.computed = reuse;
+            r.cached = 0;
+            *room -= reuse;
+            plan.admitted.push(id);
+        }
+    }
+
+    /// Preempts the newest running request less urgent than `id` (none admitted this
+    /// step), so that `id` runs now rather than after some agent's reply ends; `false` if
+    /// there is none.
+    fn free_a_place(&mut self, id: u64, room: &mut usize, plan: &mut Plan) -> bool {
+        let priority = self.requests[&id].priority;
+        let victim = self
+            .requests
+            .values()
+            .filter(|r| r.running && r.priority > priority && !plan.admitted.contains(&r.id))
+            .max_by_key(|r| r.admission)
+            .map(|r| r.id);
+        let Some(victim) = victim else {
+            return false;
+        };
+        *room += self.requests[&victim].computed;
+        self.preempt(victim, plan);
+        self.counters.slot_preemptions += 1;
+        true
+    }
+
+    /// KV preemption: frees `short` more tokens for the most urgent waiting request `id` by
+    /// preempting at most `max_preemptions` less urgent running requests, newest first;
+    /// preempts nothing if that would not be enough.
+    fn make_room_for(&mut self, id: u64, short: usize, room: &mut usize, plan: &mut Plan) -> bool {
+        let priority = self.requests[&id].priority;
+        let mut victims: Vec<&Request> = self
+            .requests
+            .values()
+            .filter(|r| r.running && r.priority > priority && !plan.admitted.contains(&r.id))
+            .collect();
+        victims.sort_by_key(|r| std::cmp::Reverse(r.admission));
+        let mut chosen = Vec::new();
+        let mut freed = 0;
+        for v in victims.into_iter().take(self.config.max_preemptions) {
+            if freed >= short {
+                break;
+            }
+            freed += v.computed;
+            chosen.push(v.id);
+        }
+        if freed < short {
+            return false;
+        }
+        for victim in chosen {
+            *room += self.requests[&victim].computed;
+            self.preempt(victim, plan);
+            self.counters.kv_preemptions += 1;
+        }
+        true
     }
 }
 

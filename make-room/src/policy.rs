@@ -16,7 +16,7 @@ pub(crate) struct Retained {
     pub(crate) call: u64,
     /// The finished request whose KV it is.
     pub(crate) request: u64,
-    tokens: usize,
+    pub(crate) tokens: usize,
     until_ms: u64,
 }
 
@@ -25,7 +25,7 @@ pub(crate) struct Retained {
 pub struct Scheduler {
     pub(crate) config: PolicyConfig,
     pub(crate) requests: BTreeMap<u64, Request>,
-    next_admission: u64,
+    pub(crate) next_admission: u64,
     hints: Vec<Hint>,
     /// Callers gone quiet, and until when each keeps the steps small (see
     /// [`Scheduler::turn_coming`]).
@@ -162,7 +162,7 @@ impl Scheduler {
             + self.retained_tokens()
     }
 
-    fn order_key(&self, r: &Request, by_admission: bool) -> (i32, u64) {
+    pub(crate) fn order_key(&self, r: &Request, by_admission: bool) -> (i32, u64) {
         let priority = if self.config.switches.priority {
             r.priority
         } else {
@@ -171,7 +171,7 @@ impl Scheduler {
         (priority, if by_admission { r.admission } else { r.id })
     }
 
-    fn preempt(&mut self, id: u64, plan: &mut Plan) {
+    pub(crate) fn preempt(&mut self, id: u64, plan: &mut Plan) {
         let r = self.requests.get_mut(&id).expect("victim exists");
         // The prefix cache keeps what it computed: it resumes by reloading.
         r.cached = r.computed;
@@ -218,7 +218,7 @@ impl Scheduler {
 
     /// Retained call turns give way under pressure: drops them, oldest first (never the
     /// one `keep_call` is about to take over), until `room` reaches `need`.
-    fn evict_retained(&mut self, need: usize, room: &mut usize, keep_call: Option<u64>) {
+    pub(crate) fn evict_retained(&mut self, need: usize, room: &mut usize, keep_call: Option<u64>) {
         while *room < need {
             let Some(i) = self.retained.iter().position(|k| Some(k.call) != keep_call) else {
                 break;
@@ -263,77 +263,7 @@ impl Scheduler {
         let mut plan = Plan::default();
         let mut room = self.config.kv_budget_tokens.saturating_sub(self.kv_used());
 
-        // Admission: in order, until one does not fit (first come, first served).
-        let mut waiting: Vec<u64> = self
-            .requests
-            .values()
-            .filter(|r| !r.running)
-            .map(|r| r.id)
-            .collect();
-        waiting.sort_by_key(|id| self.order_key(&self.requests[id], false));
-        for (position, id) in waiting.into_iter().enumerate() {
-            // Only the most urgent waiting request may preempt, here for a place.
-            if self.running_len() >= self.config.max_running
-                && !(switches.kv_preemption
-                    && position == 0
-                    && self.free_a_place(id, &mut room, &mut plan))
-            {
-                break;
-            }
-            let r = &self.requests[&id];
-            // The call's retained turn, which this request takes over (eviction spares it).
-            let taken_call = r.call.filter(|&call| {
-                switches.call_retention && self.retained.iter().any(|k| k.call == call)
-            });
-            let retained = taken_call.map_or(0, |call| {
-                self.retained
-                    .iter()
-                    .find(|k| k.call == call)
-                    .map_or(0, |k| k.tokens)
-            });
-            let reuse = if r.cached_exact {
-                r.cached
-            } else {
-                r.cached.max(retained)
-            }
-            .min(r.target());
-            let first_chunk = if self.is_call(r) {
-                usize::MAX
-            } else {
-                chunk.unwrap_or(usize::MAX).max(1)
-            };
-            // Room for what it reloads and its first chunk (or its next token).
-            let need = reuse + first_chunk.min(r.target() - reuse).max(1);
-            // Retained KV is already counted: taking it over frees that much.
-            if need > room + retained {
-                self.evict_retained(need - retained, &mut room, taken_call);
-            }
-            let available = room + retained;
-            // Only the most urgent waiting request may preempt for room.
-            if need > available
-                && !(switches.kv_preemption
-                    && position == 0
-                    && self.make_room_for(id, need - available, &mut room, &mut plan))
-            {
-                break;
-            }
-            if let Some(i) =
-                taken_call.and_then(|call| self.retained.iter().position(|k| k.call == call))
-            {
-                self.retained.remove(i);
-                room += retained;
-                self.counters.retained_hits += 1;
-            }
-            let admission = self.next_admission;
-            self.next_admission += 1;
-            let r = self.requests.get_mut(&id).expect("waiting request exists");
-            r.running = true;
-            r.admission = admission;
-            r.computed = reuse;
-            r.cached = 0;
-            room -= reuse;
-            plan.admitted.push(id);
-        }
+        self.admit_waiting(chunk, &mut room, &mut plan);
 
         // The most urgent priority some running request or hint is holding room for.
         let mut holder: Option<i32> = None;
@@ -455,7 +385,7 @@ impl Scheduler {
 
     /// Whether the request is a call's (at `whole_prompt_priority` or more urgent): its
     /// prompt runs whole, its nearness shrinks the agents' chunks, its reply paces them.
-    fn is_call(&self, r: &Request) -> bool {
+    pub(crate) fn is_call(&self, r: &Request) -> bool {
         self.config
             .whole_prompt_priority
             .is_some_and(|p| r.priority <= p)
@@ -571,57 +501,6 @@ impl Scheduler {
             }
         }
         finished
-    }
-
-    /// KV preemption: frees `short` more tokens for the most urgent waiting request `id` by
-    /// preempting at most `max_preemptions` less urgent running requests, newest first;
-    /// preempts nothing if that would not be enough.
-    /// Preempts the newest running request less urgent than `id` (none admitted this
-    /// step), so that `id` runs now rather than after some agent's reply ends; `false` if
-    /// there is none.
-    fn free_a_place(&mut self, id: u64, room: &mut usize, plan: &mut Plan) -> bool {
-        let priority = self.requests[&id].priority;
-        let victim = self
-            .requests
-            .values()
-            .filter(|r| r.running && r.priority > priority && !plan.admitted.contains(&r.id))
-            .max_by_key(|r| r.admission)
-            .map(|r| r.id);
-        let Some(victim) = victim else {
-            return false;
-        };
-        *room += self.requests[&victim].computed;
-        self.preempt(victim, plan);
-        self.counters.slot_preemptions += 1;
-        true
-    }
-
-    fn make_room_for(&mut self, id: u64, short: usize, room: &mut usize, plan: &mut Plan) -> bool {
-        let priority = self.requests[&id].priority;
-        let mut victims: Vec<&Request> = self
-            .requests
-            .values()
-            .filter(|r| r.running && r.priority > priority && !plan.admitted.contains(&r.id))
-            .collect();
-        victims.sort_by_key(|r| std::cmp::Reverse(r.admission));
-        let mut chosen = Vec::new();
-        let mut freed = 0;
-        for v in victims.into_iter().take(self.config.max_preemptions) {
-            if freed >= short {
-                break;
-            }
-            freed += v.computed;
-            chosen.push(v.id);
-        }
-        if freed < short {
-            return false;
-        }
-        for victim in chosen {
-            *room += self.requests[&victim].computed;
-            self.preempt(victim, plan);
-            self.counters.kv_preemptions += 1;
-        }
-        true
     }
 }
 
