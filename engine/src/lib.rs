@@ -65,9 +65,9 @@ pub struct EngineConfig {
     /// with agents.
     pub compute_nice: i32,
     /// Under make-room on the CPU, run a step's decodes inside its prompt chunk's pass
-    /// where the model takes them (the GGUF llama model; patch 32 of the series): on a CPU
-    /// each pass reads every weight once. On by default; off, they are passes of their own,
-    /// as stock runs them.
+    /// where the model takes them (the GGUF llama, qwen2 and qwen3 models; patches 32 and
+    /// 36 of the series): on a CPU each pass reads every weight once. On by default; off,
+    /// they are passes of their own, as stock runs them.
     pub mixed_passes: bool,
 }
 
@@ -526,8 +526,9 @@ fn model_dtype(dtype: candle_core::DType) -> ModelDType {
 }
 
 /// Whether mistral.rs's model for this GGUF decodes sequences of different lengths in one
-/// forward pass: its llama model does (patch 5 of the series), the others batch only
-/// sequences of equal length.
+/// forward pass, and runs mixed passes: its llama, qwen2 and qwen3 models do (patches 5
+/// and 32 of the series, 35 and 36 for the qwen models), the others batch only sequences
+/// of equal length.
 fn decodes_unequal_lengths_together(model: &Path) -> bool {
     let Ok(mut file) = std::fs::File::open(model) else {
         return false;
@@ -539,7 +540,7 @@ fn decodes_unequal_lengths_together(model: &Path) -> bool {
         .metadata
         .get("general.architecture")
         .and_then(|v| v.to_string().ok())
-        .is_some_and(|arch| matches!(arch.as_str(), "llama" | "mistral3"))
+        .is_some_and(|arch| matches!(arch.as_str(), "llama" | "mistral3" | "qwen2" | "qwen3"))
 }
 
 #[cfg(test)]

@@ -16,7 +16,46 @@ use candle_core::quantized::gguf_file::{self, Value};
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
 
-/// The dimensions of a llama-architecture model.
+/// Which of mistral.rs's GGUF models a random model is made for (`general.architecture`).
+/// Each ties its output to its embedding (no `output.weight`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Architecture {
+    /// The bundled SmolLM2's.
+    #[default]
+    Llama,
+    /// Biases on the query, key and value projections.
+    Qwen2,
+    /// An RMS norm on each query and key head.
+    Qwen3,
+}
+
+impl Architecture {
+    /// Its name in a GGUF, and the prefix of its metadata's keys.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Llama => "llama",
+            Self::Qwen2 => "qwen2",
+            Self::Qwen3 => "qwen3",
+        }
+    }
+}
+
+impl std::str::FromStr for Architecture {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "llama" => Ok(Self::Llama),
+            "qwen2" => Ok(Self::Qwen2),
+            "qwen3" => Ok(Self::Qwen3),
+            other => Err(format!(
+                "unknown architecture {other:?} (llama, qwen2 or qwen3)"
+            )),
+        }
+    }
+}
+
+/// The dimensions of a model (of any of the [`Architecture`]s).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ModelShape {
     pub hidden: usize,
@@ -95,6 +134,19 @@ pub fn write_tokenizer_only(template: &Path, out: &Path) -> Result<()> {
 /// a Q8_0 embedding, as the bundled model's; norms of ones), taking the tokenizer and chat
 /// template from `template` (a full or a tokenizer-only GGUF).
 pub fn write_random_model(template: &Path, shape: ModelShape, seed: u64, out: &Path) -> Result<()> {
+    write_random_model_of(Architecture::Llama, template, shape, seed, out)
+}
+
+/// [`write_random_model`] for `arch`: qwen2's projection biases and qwen3's head norms are
+/// drawn from `seed` too (after each layer's other weights), so a llama model is the same
+/// file whichever function made it.
+pub fn write_random_model_of(
+    arch: Architecture,
+    template: &Path,
+    shape: ModelShape,
+    seed: u64,
+    out: &Path,
+) -> Result<()> {
     if !shape.hidden.is_multiple_of(shape.heads) || !shape.heads.is_multiple_of(shape.kv_heads) {
         bail!("{shape:?}: heads must divide the width, and KV heads the heads");
     }
@@ -104,22 +156,31 @@ pub fn write_random_model(template: &Path, shape: ModelShape, seed: u64, out: &P
         _ => bail!("{} holds no tokenizer", template.display()),
     };
     let u32_value = |v: usize| Value::U32(v as u32);
+    // The keys each of mistral.rs's loaders reads, under the architecture's prefix (qwen2's
+    // and qwen3's read no `rope.dimension_count` nor `feed_forward_length`: harmless).
     let dims = [
-        ("llama.block_count", u32_value(shape.layers)),
-        ("llama.context_length", u32_value(8192)),
-        ("llama.embedding_length", u32_value(shape.hidden)),
-        ("llama.feed_forward_length", u32_value(shape.feed_forward)),
-        ("llama.attention.head_count", u32_value(shape.heads)),
-        ("llama.attention.head_count_kv", u32_value(shape.kv_heads)),
-        ("llama.rope.dimension_count", u32_value(shape.head_dim())),
-        ("llama.rope.freq_base", Value::F32(100_000.0)),
-        ("llama.attention.layer_norm_rms_epsilon", Value::F32(1e-5)),
-        ("llama.vocab_size", u32_value(vocab)),
-        ("general.architecture", Value::String("llama".into())),
+        ("block_count", u32_value(shape.layers)),
+        ("context_length", u32_value(8192)),
+        ("embedding_length", u32_value(shape.hidden)),
+        ("feed_forward_length", u32_value(shape.feed_forward)),
+        ("attention.head_count", u32_value(shape.heads)),
+        ("attention.head_count_kv", u32_value(shape.kv_heads)),
+        ("rope.dimension_count", u32_value(shape.head_dim())),
+        ("rope.freq_base", Value::F32(100_000.0)),
+        ("attention.layer_norm_rms_epsilon", Value::F32(1e-5)),
+        ("vocab_size", u32_value(vocab)),
+    ]
+    .map(|(key, value)| (format!("{}.{key}", arch.name()), value));
+    let model = match arch {
+        Architecture::Llama => String::new(),
+        other => format!("{}-", other.name()),
+    };
+    let general = [
+        ("general.architecture", Value::String(arch.name().into())),
         (
             "general.name",
             Value::String(format!(
-                "random-{}M-seed{seed}",
+                "random-{model}{}M-seed{seed}",
                 shape.parameters(vocab) / 1_000_000
             )),
         ),
@@ -130,7 +191,8 @@ pub fn write_random_model(template: &Path, shape: ModelShape, seed: u64, out: &P
         .filter(|(key, _)| key.starts_with("tokenizer."))
         .map(|(key, value)| (key.as_str(), value))
         .collect();
-    metadata.extend(dims.iter().map(|(key, value)| (*key, value)));
+    metadata.extend(dims.iter().map(|(key, value)| (key.as_str(), value)));
+    metadata.extend(general.iter().map(|(key, value)| (*key, value)));
 
     let mut random = SplitMix64(seed);
     let kv = shape.kv_heads * shape.head_dim();
@@ -151,6 +213,20 @@ pub fn write_random_model(template: &Path, shape: ModelShape, seed: u64, out: &P
         tensors.push((name("ffn_gate"), random.matrix(f, h, GgmlDType::Q4_1)?));
         tensors.push((name("ffn_up"), random.matrix(f, h, GgmlDType::Q4_1)?));
         tensors.push((name("ffn_down"), random.matrix(h, f, GgmlDType::Q4_1)?));
+        match arch {
+            Architecture::Llama => {}
+            Architecture::Qwen2 => {
+                let bias = |part: &str| format!("blk.{layer}.{part}.bias");
+                tensors.push((bias("attn_q"), random.vector(h, 0.0, 0.5)?));
+                tensors.push((bias("attn_k"), random.vector(kv, 0.0, 0.5)?));
+                tensors.push((bias("attn_v"), random.vector(kv, 0.0, 0.5)?));
+            }
+            Architecture::Qwen3 => {
+                let d = shape.head_dim();
+                tensors.push((name("attn_q_norm"), random.vector(d, 1.0, 0.5)?));
+                tensors.push((name("attn_k_norm"), random.vector(d, 1.0, 0.5)?));
+            }
+        }
     }
     tensors.push(("output_norm.weight".into(), ones(h)?));
     let tensors: Vec<(&str, &QTensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
@@ -196,15 +272,26 @@ impl SplitMix64 {
         z ^ (z >> 31)
     }
 
+    /// `len` values uniform in `mean ± spread`, unquantized (a bias, a norm's weights).
+    fn vector(&mut self, len: usize, mean: f32, spread: f32) -> Result<QTensor> {
+        let values: Vec<f32> = (0..len)
+            .map(|_| mean + (2.0 * self.unit() - 1.0) * spread)
+            .collect();
+        let t = Tensor::from_vec(values, len, &Device::Cpu)?;
+        Ok(QTensor::quantize(&t, GgmlDType::F32)?)
+    }
+
+    /// Uniform in [0, 1), 24 bits of it.
+    fn unit(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 24) as f32
+    }
+
     /// A `rows × columns` matrix (rows are output features), uniform with the spread of
     /// a trained model's weights (standard deviation ~1/√columns).
     fn matrix(&mut self, rows: usize, columns: usize, dtype: GgmlDType) -> Result<QTensor> {
         let scale = (3.0 / columns as f64).sqrt() as f32;
         let values: Vec<f32> = (0..rows * columns)
-            .map(|_| {
-                let unit = (self.next() >> 40) as f32 / (1u64 << 24) as f32;
-                (2.0 * unit - 1.0) * scale
-            })
+            .map(|_| (2.0 * self.unit() - 1.0) * scale)
             .collect();
         let t = Tensor::from_vec(values, (rows, columns), &Device::Cpu)?;
         Ok(QTensor::quantize(&t, dtype)?)
