@@ -30,6 +30,7 @@ pub mod dispatch;
 mod early_transcript;
 mod history;
 mod live;
+pub mod models;
 pub mod persona;
 pub mod playout;
 mod pool;
@@ -37,6 +38,7 @@ pub mod record;
 pub mod responder;
 pub mod sentence;
 mod turn_failure;
+pub mod unspoken;
 
 use std::sync::{Arc, OnceLock};
 
@@ -197,7 +199,7 @@ pub struct SpeechMemory {
 impl VoiceAgent {
     /// Loads the bundled engine model from the cache.
     pub fn load(cache: ModelCache, config: AgentConfig) -> Result<Self> {
-        let engine = Arc::new(Engine::load(&EngineConfig::bundled(&cache)?)?);
+        let engine = Arc::new(Engine::load(&EngineConfig::from_cache(&cache)?)?);
         Ok(Self::with_engine(cache, engine, config))
     }
 

@@ -320,6 +320,8 @@ impl Responder {
                 priority: VOICE_PRIORITY,
                 session: Some(self.call_id),
                 repetition: self.config.repetition,
+                // A caller waits for the answer, not for the model's reasoning.
+                thinking: Some(false),
                 ..ChatRequest::new(messages, self.config.max_reply_tokens)
             })
             .at(TurnOutcome::EngineFailed)

@@ -24,6 +24,8 @@ const CLAUSE_MARKS: &[char] = &[',', ';', ':'];
 #[derive(Debug, Default)]
 pub struct SentenceSplitter {
     buffer: String,
+    /// What the model writes that is not to be spoken (a reasoning block).
+    unspoken: crate::unspoken::Unspoken,
     /// Release the first piece at a clause mark after this many words (`None`: sentences only).
     first_clause_words: Option<usize>,
     /// Something was released already.
@@ -45,7 +47,8 @@ impl SentenceSplitter {
 
     /// Adds streamed text; returns the sentences it completed, in order.
     pub fn push(&mut self, text: &str) -> Vec<String> {
-        self.buffer.push_str(text);
+        let text = self.unspoken.filter(text);
+        self.buffer.push_str(&text);
         let mut out = Vec::new();
         let mut start_search = 0;
         while let Some(cut) = self.find_boundary(start_search) {

@@ -29,7 +29,7 @@ fn main() -> anyhow::Result<()> {
             whole_prompt_priority: Some(VOICE_PRIORITY),
             ..PolicyConfig::default()
         }),
-        ..EngineConfig::bundled(&cache)?
+        ..EngineConfig::from_cache(&cache)?
     })?);
     let agent = VoiceAgent::with_engine(
         cache.clone(),

@@ -69,7 +69,7 @@ fn main() -> anyhow::Result<()> {
             switches: Switches::all(),
             ..PolicyConfig::default()
         }),
-        ..EngineConfig::bundled(&cache)?
+        ..EngineConfig::from_cache(&cache)?
     })?;
     let context = vec![
         Message::new(Role::System, "You are a helpful assistant."),

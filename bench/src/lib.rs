@@ -26,6 +26,7 @@ pub mod latency;
 pub mod load;
 pub mod mooncake;
 pub mod plots;
+pub mod quality;
 pub mod report;
 pub mod room_calls;
 pub mod rounds;

@@ -168,17 +168,30 @@ pub struct TestCall {
 
 /// The test calls, spoken into the cache first if they are not there yet.
 pub fn ensure(cache: &ModelCache, progress: &mut dyn FnMut(&str)) -> Result<Vec<TestCall>> {
-    let dir = cache.path(CALLS_DIR).join("latency").join(VERSION);
+    let scripts: Vec<&Script> = SCRIPTS.iter().collect();
+    ensure_calls(cache, "latency", VERSION, &scripts, progress)
+}
+
+/// `scripts` spoken into the cache's `calls/<set>/<version>/` once, and read back. The
+/// callers speak with the bundled voice whatever voice the agent was given.
+pub fn ensure_calls(
+    cache: &ModelCache,
+    set: &str,
+    version: &str,
+    scripts: &[&Script],
+    progress: &mut dyn FnMut(&str),
+) -> Result<Vec<TestCall>> {
+    let dir = cache.path(CALLS_DIR).join(set).join(version);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut voice = None;
     let mut calls = Vec::new();
-    for script in SCRIPTS {
+    for &script in scripts {
         let wav = dir.join(format!("{}.wav", script.name));
         let spans = wav.with_extension("json");
         if !(wav.is_file() && spans.is_file()) {
             progress(&format!("speaking test call {}", script.name));
             if voice.is_none() && matches!(script.speaker, Speaker::Piper { .. }) {
-                voice = Some(Voice::load(cache)?);
+                voice = Some(Voice::load(&ModelCache::at(cache.root()))?);
             }
             let (audio, turns) = speak_call(script, voice.as_mut(), &dir)?;
             write_wav(&wav, &audio)?;

@@ -13,7 +13,7 @@ use sublet_agent::{AgentConfig, CallObserver, Persona, SpeechMemory, TurnRecord,
 use sublet_engine::make_room::{PolicyConfig, Switches};
 use sublet_engine::server::{router, serve, ConnectionLimits, Metrics, MoreMetrics, ServerConfig};
 use sublet_engine::{Engine, EngineConfig, AGENT_PRIORITY, SHARED_COMPUTE_NICE, VOICE_PRIORITY};
-use sublet_models::ModelCache;
+use sublet_models::{ModelArgs, ModelCache, ModelNames};
 use sublet_turn_detect::TurnEvent;
 
 mod timeline;
@@ -38,9 +38,12 @@ pub fn default_records_dir() -> PathBuf {
     }
 }
 
-/// The engine's scheduler: mistral.rs's own (the default), or make-room's.
+/// The models (the user's, else the bundled ones) and the engine's scheduler: mistral.rs's
+/// own (the default), or make-room's.
 #[derive(Args, Debug, Clone)]
-pub struct SchedulerArgs {
+pub struct EngineArgs {
+    #[command(flatten)]
+    pub models: ModelArgs,
     /// Run make-room's scheduler with these switches: `all`, `none`, or a list of
     /// priority,kv_preemption,budget_cap,decode_hold,turn_hint,call_retention. Without it
     /// the engine schedules exactly as stock mistral.rs.
@@ -58,8 +61,14 @@ pub struct SchedulerArgs {
     pub idle_chunk: Option<usize>,
 }
 
-impl SchedulerArgs {
-    /// The bundled engine, scheduled as asked. An engine `shared` by calls and agents runs
+impl EngineArgs {
+    /// The model cache with the user's models in place of the bundled ones, each checked
+    /// first: a file that cannot run is refused here, naming its flag.
+    pub fn models(&self) -> Result<ModelCache> {
+        Ok(sublet_agent::models::choose(&self.models)?)
+    }
+
+    /// The cache's engine, scheduled as asked. An engine `shared` by calls and agents runs
     /// make-room with every switch unless `--make-room` says otherwise: there it is what
     /// keeps the caller's turns ahead of the agents.
     pub fn engine_config(&self, cache: &ModelCache, shared: bool) -> Result<EngineConfig> {
@@ -81,11 +90,12 @@ impl SchedulerArgs {
                 true => SHARED_COMPUTE_NICE,
                 false => 0,
             },
-            ..EngineConfig::bundled(cache)?
+            ..EngineConfig::from_cache(cache)?
         })
     }
 
-    /// The bundled voice agent, configured as given, on an engine scheduled as asked.
+    /// The voice agent on the chosen models, configured as given, on an engine scheduled
+    /// as asked.
     pub fn voice_agent_with(&self, config: AgentConfig) -> Result<VoiceAgent> {
         Ok(self.voice_agent_sharing(config, false)?.0)
     }
@@ -96,7 +106,7 @@ impl SchedulerArgs {
         config: AgentConfig,
         shared: bool,
     ) -> Result<(VoiceAgent, Arc<Engine>)> {
-        let cache = ModelCache::from_env();
+        let cache = self.models()?;
         let engine = Arc::new(Engine::load(&self.engine_config(&cache, shared)?)?);
         Ok((
             VoiceAgent::with_engine(cache, engine.clone(), config),
@@ -112,7 +122,7 @@ pub struct CallArgs {
     #[command(flatten)]
     pub agent: AgentArgs,
     #[command(flatten)]
-    pub scheduler: SchedulerArgs,
+    pub engine: EngineArgs,
     #[command(flatten)]
     pub api: ApiArgs,
     /// Hang up on a caller whose audio stopped arriving (unmuted, still in the room) for
@@ -142,13 +152,15 @@ impl RecordsArgs {
         self.records.clone().unwrap_or_else(default_records_dir)
     }
 
-    /// A new call's record, `fields` in its first line.
+    /// A new call's record, `fields` and the models in use in its first line.
     pub fn open(
         &self,
         program: &str,
         call: &str,
-        fields: serde_json::Map<String, serde_json::Value>,
+        models: &ModelNames,
+        mut fields: serde_json::Map<String, serde_json::Value>,
     ) -> Result<CallLog> {
+        fields.insert("models".into(), models_json(models));
         CallLog::create(&self.dir(), program, call, fields)
     }
 }
@@ -177,7 +189,7 @@ impl CallArgs {
     /// `--api` is given) on the calls' engine.
     pub fn start(&self, program: &'static str) -> Result<(VoiceAgent, tokio::runtime::Runtime)> {
         let (agent, engine) = self
-            .scheduler
+            .engine
             .voice_agent_sharing(self.config(), self.api.shared())?;
         let runtime = tokio::runtime::Runtime::new()?;
         let speech = agent.with_config(agent.config.clone());
@@ -312,6 +324,11 @@ fn speech_metrics(memory: &SpeechMemory) -> String {
         }
     }
     out
+}
+
+/// The models in use, as a call's record and the live page show them.
+pub fn models_json(models: &ModelNames) -> serde_json::Value {
+    serde_json::json!({ "llm": models.llm, "stt": models.stt, "voice": models.voice })
 }
 
 /// A listener on `addr`, or an error that names it.
@@ -468,24 +485,21 @@ mod tests {
     #[derive(Parser)]
     struct Cli {
         #[command(flatten)]
-        scheduler: SchedulerArgs,
+        engine: EngineArgs,
     }
 
     #[test]
     fn switches_parse_from_the_command_line() {
         let cli = Cli::try_parse_from(["x", "--make-room", "priority,kv_preemption"]).unwrap();
-        let switches = cli.scheduler.make_room.unwrap();
+        let switches = cli.engine.make_room.unwrap();
         assert!(switches.priority && switches.kv_preemption && !switches.budget_cap);
         let cli = Cli::try_parse_from(["x", "--make-room", "all", "--kv-budget", "2048"]).unwrap();
-        assert_eq!(cli.scheduler.make_room, Some(Switches::all()));
-        assert_eq!(cli.scheduler.kv_budget, 2048);
+        assert_eq!(cli.engine.make_room, Some(Switches::all()));
+        assert_eq!(cli.engine.kv_budget, 2048);
         assert!(Cli::try_parse_from(["x", "--make-room", "fastest"]).is_err());
         // A budget means nothing without make-room's scheduler.
         assert!(Cli::try_parse_from(["x", "--kv-budget", "2048"]).is_err());
-        assert_eq!(
-            Cli::try_parse_from(["x"]).unwrap().scheduler.make_room,
-            None
-        );
+        assert_eq!(Cli::try_parse_from(["x"]).unwrap().engine.make_room, None);
     }
 
     #[test]
@@ -513,9 +527,7 @@ mod tests {
     fn shape(args: &[&str]) -> (Option<Switches>, bool) {
         let call = CallCli::try_parse_from(args).unwrap().call;
         let shared = call.api.shared();
-        let config = call
-            .scheduler
-            .engine_config(&ModelCache::from_env(), shared);
+        let config = call.engine.engine_config(&ModelCache::from_env(), shared);
         let switches = config.unwrap().make_room.map(|p| p.switches);
         (switches, call.config().turn_hints)
     }

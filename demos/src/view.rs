@@ -219,7 +219,12 @@ async fn session(State(view): State<Arc<View>>, headers: HeaderMap) -> Response 
 
 async fn engine_route(State(view): State<Arc<View>>) -> Json<Value> {
     let speech = view.speech.as_ref().map(VoiceAgent::speech_memory);
-    Json(engine_state(&view.engine, speech))
+    let mut state = engine_state(&view.engine, speech);
+    if let Some(agent) = &view.speech {
+        let names = agent.cache.model_names();
+        state["speech_models"] = json!({ "stt": names.stt, "voice": names.voice });
+    }
+    Json(state)
 }
 
 /// The engine as the page shows it: KV use against the budget, requests running and

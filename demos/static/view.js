@@ -103,6 +103,10 @@ function showEngine(state) {
   const requests = (list) =>
     list.length ? list.map((p) => `${p.requests} at ${p.priority}`).join(", ") : "none";
   row(table, "model", state.model);
+  if (state.speech_models) {
+    row(table, "speech to text", state.speech_models.stt);
+    row(table, "voice", state.speech_models.voice);
+  }
   row(table, "make-room", state.make_room ? "on" : "off");
   row(table, "running (by priority)", requests(state.running));
   row(table, "waiting (by priority)", requests(state.waiting));

@@ -74,7 +74,7 @@ fn a_call_on_the_page(answered: Answered) {
                 whole_prompt_priority: Some(VOICE_PRIORITY),
                 ..PolicyConfig::default()
             }),
-            ..EngineConfig::bundled(&cache).unwrap()
+            ..EngineConfig::from_cache(&cache).unwrap()
         })
         .unwrap(),
     );

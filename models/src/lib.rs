@@ -8,8 +8,12 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+mod choice;
 #[cfg(feature = "onnx")]
 mod onnx;
+pub use choice::{model_name, LlmSource, ModelArgs, ModelChoice, ModelFlag, RefusedModel};
+#[cfg(feature = "whisper-convert")]
+pub mod whisper_ggml;
 #[cfg(feature = "onnx")]
 pub use onnx::{onnx_environment, onnx_session};
 
@@ -158,10 +162,30 @@ pub const NODE_PACKAGES: &[&str] = &[
     "puppeteer-core@24.43.1",
 ];
 
-/// The cache folder and the paths of the files in it.
+/// The bundled Piper voice in the cache.
+const BUNDLED_VOICE: &str = "tts/en_US-joe-medium.onnx";
+
+/// A Piper voice's configuration: its `.onnx` path with `.json` added.
+pub fn voice_config_of(voice: &Path) -> PathBuf {
+    let mut name = voice.as_os_str().to_owned();
+    name.push(".json");
+    PathBuf::from(name)
+}
+
+/// The models a call or an engine uses, by name.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ModelNames {
+    pub llm: String,
+    pub stt: String,
+    pub voice: String,
+}
+
+/// The cache folder and the paths of the files in it; the models a user chose stand in
+/// for the bundled ones ([`ModelCache::with_choice`]).
 #[derive(Debug, Clone)]
 pub struct ModelCache {
     root: PathBuf,
+    choice: ModelChoice,
 }
 
 impl ModelCache {
@@ -177,7 +201,22 @@ impl ModelCache {
     }
 
     pub fn at(root: impl Into<PathBuf>) -> Self {
-        Self { root: root.into() }
+        Self {
+            root: root.into(),
+            choice: ModelChoice::default(),
+        }
+    }
+
+    /// The same cache, handing out the user's models where they chose one (checked
+    /// first: `sublet_agent::models::choose`).
+    pub fn with_choice(mut self, choice: ModelChoice) -> Self {
+        self.choice = choice;
+        self
+    }
+
+    /// The models the user chose (none: every model is the bundled one).
+    pub fn choice(&self) -> &ModelChoice {
+        &self.choice
     }
 
     pub fn root(&self) -> &Path {
@@ -199,24 +238,58 @@ impl ModelCache {
         }
     }
 
+    /// The LLM's GGUF: the user's, else the bundled one.
     pub fn llm_gguf(&self) -> Result<PathBuf, MissingModel> {
-        self.require(ARTIFACTS[0].file)
+        match &self.choice.llm {
+            Some(path) => Ok(path.clone()),
+            None => self.require(ARTIFACTS[0].file),
+        }
     }
 
+    /// The chat template given for a GGUF that has none.
+    pub fn chat_template(&self) -> Option<&Path> {
+        self.choice.chat_template.as_deref()
+    }
+
+    /// Whisper's ggml file: the user's, else the bundled tiny.en.
     pub fn whisper_ggml(&self) -> Result<PathBuf, MissingModel> {
-        self.require(WHISPER_GGML)
+        match &self.choice.stt {
+            Some(path) => Ok(path.clone()),
+            None => self.require(WHISPER_GGML),
+        }
     }
 
     pub fn mel_filters(&self) -> Result<PathBuf, MissingModel> {
         self.require(MEL_FILTERS_F32)
     }
 
+    /// The Piper voice: the user's, else the bundled en_US joe.
     pub fn piper_voice(&self) -> Result<PathBuf, MissingModel> {
-        self.require("tts/en_US-joe-medium.onnx")
+        match &self.choice.voice {
+            Some(path) => Ok(path.clone()),
+            None => self.require(BUNDLED_VOICE),
+        }
     }
 
+    /// The Piper voice's configuration, beside its `.onnx`.
     pub fn piper_config(&self) -> Result<PathBuf, MissingModel> {
-        self.require("tts/en_US-joe-medium.onnx.json")
+        match &self.choice.voice {
+            Some(path) => Ok(voice_config_of(path)),
+            None => self.require(&format!("{BUNDLED_VOICE}.json")),
+        }
+    }
+
+    /// The names of the models in use (each file's stem), for records and `/v1/models`.
+    pub fn model_names(&self) -> ModelNames {
+        let name = |path: Result<PathBuf, MissingModel>| {
+            path.map(|p| model_name(&p))
+                .unwrap_or_else(|e| model_name(&e.path))
+        };
+        ModelNames {
+            llm: name(self.llm_gguf()),
+            stt: name(self.whisper_ggml()),
+            voice: name(self.piper_voice()),
+        }
     }
 
     pub fn silero_vad(&self) -> Result<PathBuf, MissingModel> {

@@ -3,6 +3,8 @@
 //! The model is Whisper tiny.en, converted by `cargo xtask setup` from the CTranslate2
 //! weights that ship in a registry package into whisper.cpp's ggml file.
 
+mod model_file;
+
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -12,6 +14,8 @@ use sublet_models::ModelCache;
 use whisper_rs::{
     FullParams, SamplingStrategy, WhisperContext, WhisperContextParameters, WhisperState,
 };
+
+pub use model_file::{check_ggml, prepare_model};
 
 /// Encoder frames (20 ms each) kept beyond the audio's own length. With 64 the decoder
 /// looped on one of the demo call's turns; 128 (2.56 s) did not.

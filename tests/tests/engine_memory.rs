@@ -38,7 +38,7 @@ fn the_engine_and_the_speech_models_report_where_their_memory_goes() {
     let cache = ModelCache::from_env();
     let config = EngineConfig {
         make_room: Some(PolicyConfig::default()),
-        ..EngineConfig::bundled(&cache).unwrap()
+        ..EngineConfig::from_cache(&cache).unwrap()
     };
     let gguf_bytes = std::fs::metadata(&config.model).unwrap().len();
     let engine = std::sync::Arc::new(Engine::load(&config).unwrap());

@@ -21,9 +21,11 @@ use sublet_models::ModelCache;
 fn make_room_takes_kv_and_steps_from_agents_for_a_voice_turn() {
     let cache = ModelCache::from_env();
     let options = ProbeOptions::default();
-    let report = probe::run(&EngineConfig::bundled(&cache).unwrap(), &options, |line| {
-        eprintln!("{line}")
-    })
+    let report = probe::run(
+        &EngineConfig::from_cache(&cache).unwrap(),
+        &options,
+        |line| eprintln!("{line}"),
+    )
     .unwrap();
     println!("{}", serde_json::to_string_pretty(&report).unwrap());
 
@@ -71,7 +73,7 @@ fn sequences_of_different_lengths_decode_in_one_pass_as_each_alone() {
     let engine = Arc::new(
         Engine::load(&EngineConfig {
             make_room: Some(PolicyConfig::default()),
-            ..EngineConfig::bundled(&cache).unwrap()
+            ..EngineConfig::from_cache(&cache).unwrap()
         })
         .unwrap(),
     );
@@ -123,7 +125,7 @@ fn prompt_chunks_and_decodes_in_one_mixed_pass_give_each_its_tokens_alone() {
                     ..PolicyConfig::default()
                 }),
                 mixed_passes: true,
-                ..EngineConfig::bundled(&cache).unwrap()
+                ..EngineConfig::from_cache(&cache).unwrap()
             })
             .unwrap(),
         )
@@ -176,7 +178,7 @@ fn a_request_dropped_while_it_waits_computes_nothing() {
     let engine = Engine::load(&EngineConfig {
         make_room: Some(PolicyConfig::default()),
         max_running: 1,
-        ..EngineConfig::bundled(&cache).unwrap()
+        ..EngineConfig::from_cache(&cache).unwrap()
     })
     .unwrap();
     let ask = |prompt: &str, tokens: usize| {
@@ -240,7 +242,7 @@ fn with_call_retention_a_calls_turn_outlives_agents_contexts_in_the_prefix_cache
             retain_ms: 600_000,
             ..PolicyConfig::default()
         }),
-        ..EngineConfig::bundled(&cache).unwrap()
+        ..EngineConfig::from_cache(&cache).unwrap()
     })
     .unwrap();
     let words = |seed: usize, n: usize| -> String {
@@ -311,7 +313,7 @@ fn a_turn_whose_reader_left_mid_reply_leaves_its_kv_to_the_next_turn() {
     let cache = ModelCache::from_env();
     let engine = Engine::load(&EngineConfig {
         make_room: Some(PolicyConfig::default()),
-        ..EngineConfig::bundled(&cache).unwrap()
+        ..EngineConfig::from_cache(&cache).unwrap()
     })
     .unwrap();
     let turn = |messages: Vec<Message>| {

@@ -176,7 +176,7 @@ fn make_room_engine(policy: PolicyConfig) -> Engine {
     let cache = ModelCache::from_env();
     Engine::load(&EngineConfig {
         make_room: Some(policy),
-        ..EngineConfig::bundled(&cache).unwrap()
+        ..EngineConfig::from_cache(&cache).unwrap()
     })
     .unwrap()
 }
@@ -239,7 +239,7 @@ fn the_prefix_cache_keeps_no_more_tokens_than_the_kv_budget() {
 #[test]
 fn the_engine_streams_and_cancels() {
     let cache = ModelCache::from_env();
-    let engine = Arc::new(Engine::load(&EngineConfig::bundled(&cache).unwrap()).unwrap());
+    let engine = Arc::new(Engine::load(&EngineConfig::from_cache(&cache).unwrap()).unwrap());
     let request = |max_tokens| {
         ChatRequest::new(
             vec![Message::new(Role::User, "What is the capital of France?")],

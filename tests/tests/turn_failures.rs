@@ -82,7 +82,7 @@ fn a_reply_later_than_its_deadline_is_given_up_for_the_fallback() {
             switches: Switches::all(),
             ..PolicyConfig::default()
         }),
-        ..EngineConfig::bundled(&cache).unwrap()
+        ..EngineConfig::from_cache(&cache).unwrap()
     })
     .unwrap();
     let agent = VoiceAgent::with_engine(cache, Arc::new(engine), config);

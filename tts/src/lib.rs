@@ -60,6 +60,23 @@ pub struct Voice {
     prosody: Prosody,
 }
 
+/// Checks the cache's voice (a user's `--voice`) before any call: its configuration beside
+/// it, espeak-ng's voice for it, and a sentence spoken.
+pub fn check_voice(cache: &ModelCache) -> Result<()> {
+    let config = cache.piper_config()?;
+    anyhow::ensure!(
+        config.is_file(),
+        "its configuration {} is missing (a Piper voice is an .onnx with its .onnx.json)",
+        config.display()
+    );
+    let mut voice = Voice::load(cache)?;
+    let audio = voice
+        .synthesize("Hello.")
+        .context("speaking a test sentence")?;
+    anyhow::ensure!(!audio.samples.is_empty(), "it spoke no audio");
+    Ok(())
+}
+
 impl Voice {
     pub fn load(cache: &ModelCache) -> Result<Self> {
         let _owner = sublet_heap::owned_by(sublet_heap::Owner::Voice);

@@ -17,18 +17,56 @@ pub fn ensure_python_env(cache: &ModelCache) -> Result<()> {
     ensure_venv(&dir, PYTHON_PACKAGES, &["--quiet"], "test clients")
 }
 
-/// llama-cpp-python built from its source release (its build compiles llama.cpp for this
-/// CPU: several minutes on 2 cores, once); returns the environment's Python.
+/// llama-cpp-python built from its source release (its build compiles llama.cpp: several
+/// minutes on 2 cores, once); returns the environment's Python.
+///
+/// Not llama.cpp's native build (`-march=native`): on an Intel Xeon with AMX it died with
+/// SIGSEGV at its first prefill. The instruction sets are named instead, those this CPU
+/// has among AVX, AVX2, FMA, F16C and AVX-512 (F, VNNI, BF16), AMX never.
 pub fn ensure_llama_cpp(cache: &ModelCache) -> Result<PathBuf> {
     let dir = cache.path(LLAMA_CPP_ENV);
-    ensure_venv(
+    let cmake_args = llama_cpp_cmake_args(&cpu_flags());
+    ensure_venv_with(
         &dir,
         &[LLAMA_CPP_PACKAGE],
         // Not quiet: pip's "still running" lines are the build's progress.
         &["--no-binary", "llama-cpp-python", "--progress-bar", "off"],
         "llama.cpp (built from source on first use: several minutes)",
+        &[("CMAKE_ARGS", cmake_args.as_str())],
     )?;
     Ok(dir.join("bin/python"))
+}
+
+/// The CPU's feature flags, as `/proc/cpuinfo` lists them (none elsewhere).
+fn cpu_flags() -> Vec<String> {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find(|l| l.starts_with("flags"))
+                .map(|l| l.split_whitespace().skip(2).map(str::to_string).collect())
+        })
+        .unwrap_or_default()
+}
+
+/// llama.cpp's CMake options for a CPU with `flags`: no native build, each instruction
+/// set it has named, AMX left out.
+fn llama_cpp_cmake_args(flags: &[String]) -> String {
+    let has = |flag: &str| flags.iter().any(|f| f == flag);
+    let mut args = vec!["-DGGML_NATIVE=OFF".to_string()];
+    for (option, flag) in [
+        ("GGML_AVX", "avx"),
+        ("GGML_AVX2", "avx2"),
+        ("GGML_FMA", "fma"),
+        ("GGML_F16C", "f16c"),
+        ("GGML_AVX512", "avx512f"),
+        ("GGML_AVX512_VNNI", "avx512_vnni"),
+        ("GGML_AVX512_BF16", "avx512_bf16"),
+    ] {
+        args.push(format!("-D{option}={}", if has(flag) { "ON" } else { "OFF" }));
+    }
+    args.push("-DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF".into());
+    args.join(" ")
 }
 
 /// AIPerf, the bench's other agent driver (about 1.2 GB with its libraries, so only
@@ -51,8 +89,23 @@ pub(crate) fn ensure_venv(
     pip_args: &[&str],
     what: &str,
 ) -> Result<()> {
+    ensure_venv_with(dir, packages, pip_args, what, &[])
+}
+
+/// [`ensure_venv`] with environment variables for pip's builds (kept in the stamp, so a
+/// change rebuilds).
+fn ensure_venv_with(
+    dir: &Path,
+    packages: &[&str],
+    pip_args: &[&str],
+    what: &str,
+    env: &[(&str, &str)],
+) -> Result<()> {
     let stamp = dir.join("sublet-packages.txt");
-    let wanted = packages.join("\n");
+    let mut wanted = packages.join("\n");
+    for (name, value) in env {
+        wanted.push_str(&format!("\n{name}={value}"));
+    }
     if std::fs::read_to_string(&stamp).is_ok_and(|s| s == wanted)
         && dir.join("bin/python").is_file()
     {
@@ -78,6 +131,7 @@ pub(crate) fn ensure_venv(
         .args(pip_args)
         .args(packages)
         .env("CMAKE_BUILD_PARALLEL_LEVEL", build_jobs())
+        .envs(env.iter().copied())
         .status()?;
     if !status.success() {
         bail!("pip could not install {} ({status})", packages.join(" "));

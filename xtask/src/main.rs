@@ -20,6 +20,7 @@ mod calls;
 mod client_env;
 mod cuda;
 mod fetch;
+mod fixtures;
 mod patches;
 mod whisper_ggml;
 
@@ -46,6 +47,11 @@ commands:
                    voice per stage, false cut-offs, late turns, old configuration beside the new
                    (--json PATH --configs old,new,new+preemptive --livekit: through a LiveKit
                    room, LiveKit's official client as the caller)
+  quality [ARGS]   setup, then scripted calls in the project's voices (a booking with a corrected
+                   date and a reference read back, numbers, facts, an off-topic request, a
+                   greeting), each reply judged: details kept, facts right, words, loops, WER,
+                   voice to voice; the bundled models and any given (--llm --stt --voice)
+                   side by side (--json PATH --markdown PATH)
   soak [ARGS]      setup, then calls back to back through the LiveKit test server beside agents,
                    faults on a schedule: turns lost, faults survived, memory's slope
                    (--minutes 30 --out target/soak)
@@ -56,6 +62,8 @@ commands:
   memory [ARGS]    setup, then where the memory goes (weights per model, KV, the prefix cache,
                    a step's activations, the allocator, the runtime) against resident memory:
                    idle, one call, the call beside agents (--agents 4)
+  fixtures         fetch the opt-in models to try beside the bundled ones (Qwen2.5-Coder-0.5B
+                   GGUF, Whisper base as CTranslate2) into the cache's fixtures/, sha256-pinned
   build --cuda     the engine's GPU binaries (CUDA 13.0 from its wheels, sm_90 unless
                    --compute-cap N), stripped and compressed into gpu/bin for gpu/check.sh
   patches save     write patches/<crate>/ back from the commits in patched/<crate>
@@ -79,9 +87,16 @@ fn main() -> ExitCode {
         Some("bench") => bench(rest),
         Some("engine-bench") => engine_bench(rest),
         Some("latency") => latency(rest),
+        Some("quality") => quality(rest),
         Some("soak") => soak(rest),
         Some("load") => load(rest),
         Some("memory") => memory(rest),
+        Some("fixtures") => setup().and_then(|cache| {
+            for path in fixtures::fetch(&cache)? {
+                println!("{}", path.display());
+            }
+            Ok(())
+        }),
         Some("build") => setup().and_then(|cache| cuda::build(&cache, rest)),
         Some("patches") if args.get(1).map(String::as_str) == Some("save") => patches::save(),
         Some("-h" | "--help" | "help") | None => {
@@ -246,6 +261,13 @@ fn memory(extra: &[String]) -> Result<()> {
 fn latency(extra: &[String]) -> Result<()> {
     setup()?;
     let mut command = cargo_run("sublet-bench", "latency")?;
+    command.args(extra);
+    run(command)
+}
+
+fn quality(extra: &[String]) -> Result<()> {
+    setup()?;
+    let mut command = cargo_run("sublet-bench", "quality")?;
     command.args(extra);
     run(command)
 }

@@ -29,7 +29,7 @@ use sublet_bench::schedule::{self, CallerCount, RoundStep, RunShape};
 use sublet_bench::{agents, mooncake, plots, trace};
 use sublet_engine::make_room::{PolicyConfig, Switches};
 use sublet_engine::{Engine, EngineConfig, SHARED_COMPUTE_NICE, VOICE_PRIORITY};
-use sublet_models::{ModelCache, AIPERF_ENV};
+use sublet_models::{ModelArgs, AIPERF_ENV};
 
 #[derive(Parser, Debug)]
 #[command(name = "bench")]
@@ -150,6 +150,8 @@ struct Args {
     /// Where the summary and the report go.
     #[arg(long, default_value = "target/bench")]
     out: PathBuf,
+    #[command(flatten)]
+    models: ModelArgs,
 }
 
 impl Args {
@@ -211,7 +213,7 @@ fn run(args: Args) -> Result<()> {
     }
     // The tree as it is when the run starts: edits made while it runs are not what ran.
     let commit = commit();
-    let cache = ModelCache::from_env();
+    let cache = sublet_agent::models::choose(&args.models)?;
     let engine = Arc::new(Engine::load(&EngineConfig {
         make_room: Some(PolicyConfig {
             switches: Switches::all(),
@@ -227,7 +229,7 @@ fn run(args: Args) -> Result<()> {
         }),
         compute_nice: args.engine_nice,
         mixed_passes: args.mixed_passes,
-        ..EngineConfig::bundled(&cache)?
+        ..EngineConfig::from_cache(&cache)?
     })?);
     // Turn hints tell make-room a turn is coming, so that agent chunks shrink before it.
     let config = AgentConfig {

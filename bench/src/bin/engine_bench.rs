@@ -21,7 +21,7 @@ use serde_json::{json, Value};
 use sublet_bench::engine_speed::{self as speed, Answer, SpeedOptions, Workload};
 use sublet_engine::make_room::{PolicyConfig, Switches};
 use sublet_engine::{Engine, EngineConfig, Weights, VOICE_PRIORITY};
-use sublet_models::ModelCache;
+use sublet_models::{ModelArgs, ModelCache};
 
 #[derive(Parser, Debug)]
 #[command(name = "engine_bench")]
@@ -55,6 +55,8 @@ struct Args {
     /// Only print the quality prompts' greedy answers as JSON (run as a child process).
     #[arg(long, hide = true)]
     answers_only: bool,
+    #[command(flatten)]
+    models: ModelArgs,
 }
 
 fn main() -> ExitCode {
@@ -71,12 +73,15 @@ fn progress(line: impl AsRef<str>) {
     eprintln!("engine-bench: {}", line.as_ref());
 }
 
-fn load(weights: Weights, make_room: Option<PolicyConfig>) -> Result<Arc<Engine>> {
-    let cache = ModelCache::from_env();
+fn load(
+    cache: &ModelCache,
+    weights: Weights,
+    make_room: Option<PolicyConfig>,
+) -> Result<Arc<Engine>> {
     let config = EngineConfig {
         weights,
         make_room,
-        ..EngineConfig::bundled(&cache)?
+        ..EngineConfig::from_cache(cache)?
     };
     Ok(Arc::new(Engine::load(&config)?))
 }
@@ -94,8 +99,9 @@ fn make_room_config() -> PolicyConfig {
 }
 
 fn run(args: Args) -> Result<()> {
+    let cache = sublet_agent::models::choose(&args.models)?;
     if args.answers_only {
-        let engine = load(args.weights, None)?;
+        let engine = load(&cache, args.weights, None)?;
         println!("{}", serde_json::to_string(&speed::answers(&engine)?)?);
         return Ok(());
     }
@@ -116,7 +122,7 @@ fn run(args: Args) -> Result<()> {
         "loading the engine ({} weights, mistral.rs's scheduler)",
         args.weights
     ));
-    let engine = load(args.weights, None)?;
+    let engine = load(&cache, args.weights, None)?;
     let workload = Workload::new(&engine, &options)?;
     let mut prefill = Vec::new();
     for prompt in &workload.prefill {
@@ -143,7 +149,7 @@ fn run(args: Args) -> Result<()> {
     drop(engine);
 
     progress("loading the engine with make-room's scheduler");
-    let engine = load(args.weights, Some(make_room_config()))?;
+    let engine = load(&cache, args.weights, Some(make_room_config()))?;
     let multi_make_room = decode_multi(&engine, &workload, &options, "make-room: ")?;
     progress(format!(
         "make-room: one sequence, then each set of sequences, in turn ×{}",
@@ -189,10 +195,11 @@ fn run(args: Args) -> Result<()> {
         answers.clone()
     } else {
         progress("quality prompts with F32 weights (reference, in a child process)");
-        reference_answers(Weights::F32)?
+        reference_answers(&cache, Weights::F32)?
     };
     let llama = match &llama_python {
         Some(python) => Some(run_llama(
+            &cache.llm_gguf()?,
             python,
             args.llama_script.as_deref(),
             &workload,
@@ -250,12 +257,15 @@ fn decode_multi(
     Ok(figures)
 }
 
-fn reference_answers(weights: Weights) -> Result<Vec<Answer>> {
+fn reference_answers(cache: &ModelCache, weights: Weights) -> Result<Vec<Answer>> {
     let exe = std::env::current_exe()?;
-    let output = Command::new(exe)
-        .args(["--answers-only", "--weights", &weights.to_string()])
-        .output()
-        .context("running the reference engine")?;
+    let mut command = Command::new(exe);
+    command.args(["--answers-only", "--weights", &weights.to_string()]);
+    command.env("SUBLET_LLM", cache.llm_gguf()?);
+    if let Some(template) = cache.chat_template() {
+        command.env("SUBLET_CHAT_TEMPLATE", template);
+    }
+    let output = command.output().context("running the reference engine")?;
     if !output.status.success() {
         bail!(
             "the reference engine failed: {}",
@@ -267,6 +277,7 @@ fn reference_answers(weights: Weights) -> Result<Vec<Answer>> {
 
 /// Runs the llama.cpp side on the same prompts (as ChatML text) and reads its figures.
 fn run_llama(
+    model: &Path,
     python: &Path,
     script: Option<&Path>,
     workload: &Workload,
@@ -291,12 +302,11 @@ fn run_llama(
         Some(script) => script.to_path_buf(),
         None => Path::new(env!("CARGO_MANIFEST_DIR")).join("llama_cpp/engine_bench.py"),
     };
-    let model = ModelCache::from_env().llm_gguf()?;
     progress("llama.cpp on the same prompts");
     let status = Command::new(python)
         .arg(&script)
         .arg("--model")
-        .arg(&model)
+        .arg(model)
         .arg("--workload")
         .arg(&input)
         .arg("--json")
@@ -306,7 +316,16 @@ fn run_llama(
         .status()
         .with_context(|| format!("running {}", python.display()))?;
     if !status.success() {
-        bail!("llama.cpp's side failed ({status})");
+        use std::os::unix::process::ExitStatusExt;
+        match status.signal() {
+            Some(signal) => bail!(
+                "the reference, llama.cpp, crashed (signal {signal}{}) on {}: its figures are \
+                 missing, not Sublet's; `--no-llama` measures the engine alone",
+                if signal == 11 { ", SIGSEGV" } else { "" },
+                model.display()
+            ),
+            None => bail!("llama.cpp's side failed ({status})"),
+        }
     }
     let text = std::fs::read_to_string(&output)?;
     let _ = std::fs::remove_dir_all(&dir);

@@ -35,7 +35,7 @@ use sublet_bench::room_calls::{play_in_room, API_KEY, API_SECRET};
 use sublet_bench::test_callers;
 use sublet_engine::{Engine, EngineConfig};
 use sublet_livekit_testserver::TestServer;
-use sublet_models::ModelCache;
+use sublet_models::ModelArgs;
 use sublet_turn_detect::TurnEvent;
 
 #[derive(Parser, Debug)]
@@ -50,6 +50,8 @@ struct Args {
     /// Through a LiveKit room, the official client as the caller.
     #[arg(long)]
     livekit: bool,
+    #[command(flatten)]
+    models: ModelArgs,
 }
 
 /// One configuration's calls and figures.
@@ -145,10 +147,10 @@ fn run(args: Args) -> Result<()> {
         .iter()
         .map(|name| Ok((name.clone(), config(name)?)))
         .collect::<Result<_>>()?;
-    let cache = ModelCache::from_env();
+    let cache = sublet_agent::models::choose(&args.models)?;
     let calls = test_callers::ensure(&cache, &mut |line| progress(line))?;
     progress("loading the engine");
-    let engine = Arc::new(Engine::load(&EngineConfig::bundled(&cache)?)?);
+    let engine = Arc::new(Engine::load(&EngineConfig::from_cache(&cache)?)?);
     let room = match args.livekit {
         true => Some((
             TestServer::start(API_KEY, API_SECRET)?,

@@ -30,7 +30,7 @@ use sublet_engine::server::{router, serve, ConnectionLimits, Metrics, ServerConf
 use sublet_engine::{
     ChatRequest, Engine, EngineConfig, Message, Role, StreamEvent, VOICE_PRIORITY,
 };
-use sublet_models::ModelCache;
+use sublet_models::ModelArgs;
 
 #[derive(Parser, Debug)]
 #[command(name = "load")]
@@ -57,6 +57,8 @@ struct Args {
     /// Where the figures go as JSON.
     #[arg(long, default_value = "target/load.json")]
     json: PathBuf,
+    #[command(flatten)]
+    models: ModelArgs,
 }
 
 /// A caller's turn, as the voice agent sends it: a new call's each time, so no call's
@@ -103,7 +105,7 @@ fn main() -> Result<()> {
     // Calls run here, each on threads of its own.
     sublet_agent::allocator::for_long_running_process();
     let args = Args::parse();
-    let cache = ModelCache::from_env();
+    let cache = sublet_agent::models::choose(&args.models)?;
     eprintln!("load: loading the bundled engine, make-room on");
     let engine = Arc::new(Engine::load(&EngineConfig {
         // As `worker --api` runs it (its defaults: a 4096-token KV budget, 16-token chunks).
@@ -114,7 +116,7 @@ fn main() -> Result<()> {
             whole_prompt_priority: Some(VOICE_PRIORITY),
             ..PolicyConfig::default()
         }),
-        ..EngineConfig::bundled(&cache)?
+        ..EngineConfig::from_cache(&cache)?
     })?);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

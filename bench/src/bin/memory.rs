@@ -39,7 +39,7 @@ use sublet_engine::memory::{
 };
 use sublet_engine::{Engine, EngineConfig, VOICE_PRIORITY};
 use sublet_heap::{large_blocks, LargeBlocks, Owner};
-use sublet_models::ModelCache;
+use sublet_models::ModelArgs;
 
 #[global_allocator]
 static HEAP: CountingAllocator = CountingAllocator;
@@ -61,6 +61,8 @@ struct Args {
     /// Seconds the agents run before the call starts, so that their contexts are in.
     #[arg(long, default_value_t = 20.0)]
     agents_ahead_s: f64,
+    #[command(flatten)]
+    models: ModelArgs,
 }
 
 /// The process at one moment.
@@ -149,7 +151,7 @@ fn run(args: Args) -> Result<()> {
         large_blocks().is_some(),
         "no figures of large blocks here (Linux with glibc only)"
     );
-    let cache = ModelCache::from_env();
+    let cache = sublet_agent::models::choose(&args.models)?;
     eprintln!("memory: loading the engine");
     let engine = Arc::new(Engine::load(&EngineConfig {
         make_room: Some(PolicyConfig {
@@ -157,7 +159,7 @@ fn run(args: Args) -> Result<()> {
             whole_prompt_priority: Some(VOICE_PRIORITY),
             ..PolicyConfig::default()
         }),
-        ..EngineConfig::bundled(&cache)?
+        ..EngineConfig::from_cache(&cache)?
     })?);
     let agent = VoiceAgent::with_engine(cache.clone(), engine.clone(), AgentConfig::default());
     let call = sublet_audio::read_wav(cache.call(CALL)?)?;

@@ -29,7 +29,7 @@ use sublet_engine::make_room::{PolicyConfig, Switches};
 use sublet_engine::{Engine, EngineConfig, VOICE_PRIORITY};
 use sublet_livekit::{CallEnd, CallOptions, LiveKitAgent, WorkerOptions};
 use sublet_livekit_testserver::TestServer;
-use sublet_models::ModelCache;
+use sublet_models::ModelArgs;
 use sublet_tests::official_clients::{livekit_caller, room_token};
 use sublet_turn_detect::TurnEvent;
 use tokio::sync::watch;
@@ -59,6 +59,8 @@ struct Args {
     /// Samples before this are left out of resident memory's slope.
     #[arg(long, default_value_t = 5.0)]
     warm_up_minutes: f64,
+    #[command(flatten)]
+    models: ModelArgs,
 }
 
 /// What one call's observer saw, kept past the call.
@@ -115,14 +117,14 @@ fn main() -> Result<()> {
     let args = Args::parse();
     let records = args.out.join("records");
     std::fs::create_dir_all(&records)?;
-    let cache = ModelCache::from_env();
+    let cache = sublet_agent::models::choose(&args.models)?;
     let engine = Arc::new(Engine::load(&EngineConfig {
         make_room: Some(PolicyConfig {
             switches: Switches::all(),
             whole_prompt_priority: Some(VOICE_PRIORITY),
             ..PolicyConfig::default()
         }),
-        ..EngineConfig::bundled(&cache)?
+        ..EngineConfig::from_cache(&cache)?
     })?);
     let config = AgentConfig {
         turn_hints: true,

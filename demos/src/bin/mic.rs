@@ -23,7 +23,7 @@ use sublet_agent::{
     turn_table, CallObserver, Interruption, InterruptionOutcome, Playout, TurnRecord,
 };
 use sublet_audio::device::{device_names, open_microphone, open_speaker};
-use sublet_demos::{AgentArgs, Recorded, RecordsArgs, SchedulerArgs, TimelineFile};
+use sublet_demos::{AgentArgs, EngineArgs, Recorded, RecordsArgs, TimelineFile};
 use sublet_turn_detect::TurnEvent;
 
 #[derive(Parser, Debug)]
@@ -51,7 +51,7 @@ struct Args {
     #[command(flatten)]
     agent: AgentArgs,
     #[command(flatten)]
-    scheduler: SchedulerArgs,
+    engine: EngineArgs,
     #[command(flatten)]
     records: RecordsArgs,
 }
@@ -128,7 +128,7 @@ fn run(args: Args) -> Result<()> {
     // Half duplex: the agent cannot hear the caller over itself.
     config.interruptions.enabled &= args.full_duplex;
     config.partial_transcripts_s = Some(sublet_demos::PARTIAL_TRANSCRIPT_EVERY_S);
-    let agent = args.scheduler.voice_agent_with(config)?;
+    let agent = args.engine.voice_agent_with(config)?;
 
     let mut playout = None;
     let speaker = open_speaker(args.output.as_deref(), |rate| {
@@ -205,9 +205,12 @@ fn run(args: Args) -> Result<()> {
         Some(path) => Some(TimelineFile::create(path, serde_json::Map::new())?),
         None => None,
     };
-    let log = args
-        .records
-        .open("mic", "microphone", serde_json::Map::new())?;
+    let log = args.records.open(
+        "mic",
+        "microphone",
+        &agent.cache.model_names(),
+        serde_json::Map::new(),
+    )?;
     eprintln!("mic: this call's record: {}", log.path().display());
     let mut recorded = Recorded::new(console, log, timeline);
     let turns = match agent.answer_live(audio_in, &playout, &mut recorded) {

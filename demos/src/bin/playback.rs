@@ -14,7 +14,7 @@ use std::time::Instant;
 use anyhow::Result;
 use clap::Parser;
 use sublet_agent::{turn_table, Pacing, STAGE_NAMES};
-use sublet_demos::{AgentArgs, Progress, Recorded, RecordsArgs, SchedulerArgs, TimelineFile};
+use sublet_demos::{AgentArgs, EngineArgs, Progress, Recorded, RecordsArgs, TimelineFile};
 
 /// Feed a recorded call (any WAV) through the voice pipeline and write the agent's replies.
 #[derive(Parser, Debug)]
@@ -40,7 +40,7 @@ struct Args {
     #[command(flatten)]
     agent: AgentArgs,
     #[command(flatten)]
-    scheduler: SchedulerArgs,
+    engine: EngineArgs,
     #[command(flatten)]
     records: RecordsArgs,
 }
@@ -64,7 +64,7 @@ fn run(args: Args) -> Result<()> {
         }
     );
     let loading = Instant::now();
-    let agent = args.scheduler.voice_agent_with(args.agent.config())?;
+    let agent = args.engine.voice_agent_with(args.agent.config())?;
     eprintln!(
         "playback: models loaded in {:.1} s",
         loading.elapsed().as_secs_f64()
@@ -75,13 +75,17 @@ fn run(args: Args) -> Result<()> {
     } else {
         "realtime"
     };
-    let fields = serde_json::Map::from_iter([
+    let mut fields = serde_json::Map::from_iter([
         ("call".to_string(), args.call.display().to_string().into()),
         ("pacing".to_string(), pacing_name.into()),
     ]);
     // Kept current after every turn: an error or a kill loses none answered so far.
     let name = args.call.display().to_string();
-    let log = args.records.open("playback", &name, fields.clone())?;
+    let models = agent.cache.model_names();
+    fields.insert("models".into(), sublet_demos::models_json(&models));
+    let log = args
+        .records
+        .open("playback", &name, &models, fields.clone())?;
     eprintln!("playback: this call's record: {}", log.path().display());
     let timeline = TimelineFile::create(&args.timeline, fields)?;
     let mut recorded = Recorded::new(Progress::default(), log, Some(timeline));

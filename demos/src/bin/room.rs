@@ -69,10 +69,12 @@ fn run(args: Args) -> Result<()> {
     eprintln!("room: joining {url}");
     let options = args.call.room_options();
     let fields = serde_json::Map::from_iter([("url".to_string(), url.clone().into())]);
-    let log = args
-        .call
-        .records
-        .open("room", args.room.as_deref().unwrap_or("room"), fields)?;
+    let log = args.call.records.open(
+        "room",
+        args.room.as_deref().unwrap_or("room"),
+        &agent.cache.model_names(),
+        fields,
+    )?;
     eprintln!("room: this call's record: {}", log.path().display());
     // The call's end is written to the record by the call itself (`call_ended`).
     let mut recorded = Recorded::new(Progress::default(), log, None);

@@ -14,10 +14,9 @@ use std::sync::Arc;
 
 use anyhow::Result;
 use clap::Parser;
-use sublet_demos::{api_router, listen, ApiLimitArgs, CallerRoom, SchedulerArgs, ViewArgs};
+use sublet_demos::{api_router, listen, ApiLimitArgs, CallerRoom, EngineArgs, ViewArgs};
 use sublet_engine::server::{serve, ConnectionLimits};
 use sublet_engine::Engine;
-use sublet_models::ModelCache;
 
 #[derive(Parser, Debug)]
 #[command(name = "serve")]
@@ -31,14 +30,14 @@ struct Args {
     #[command(flatten)]
     limits: ApiLimitArgs,
     #[command(flatten)]
-    scheduler: SchedulerArgs,
+    engine: EngineArgs,
     #[command(flatten)]
     view: ViewArgs,
 }
 
 fn run(args: Args) -> Result<()> {
-    let cache = ModelCache::from_env();
-    let engine = Arc::new(Engine::load(&args.scheduler.engine_config(&cache, false)?)?);
+    let cache = args.engine.models()?;
+    let engine = Arc::new(Engine::load(&args.engine.engine_config(&cache, false)?)?);
     let app = api_router(&engine, args.limits.server_config(args.api_key));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

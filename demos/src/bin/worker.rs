@@ -93,13 +93,14 @@ fn run(args: Args) -> Result<()> {
         options.max_calls
     );
     let records = args.call.records.clone();
+    let models = agent.cache.model_names();
     let progress = |room: &str| -> Box<dyn CallObserver> {
         eprintln!("worker: joining room {room}");
         let progress = Progress {
             label: format!("[{room}]"),
         };
         // Each call's turns kept as they end; its end is written by the call itself.
-        match records.open("worker", room, serde_json::Map::new()) {
+        match records.open("worker", room, &models, serde_json::Map::new()) {
             Ok(log) => {
                 eprintln!("[{room}] this call's record: {}", log.path().display());
                 Box::new(Recorded::new(progress, log, None))

@@ -193,6 +193,7 @@ fn smoke(args: &Args) -> Result<()> {
         let started = Instant::now();
         let engine = Engine::load(&EngineConfig {
             model: model.clone(),
+            chat_template: None,
             weights: Default::default(),
             max_running: PROMPTS.len(),
             accelerator,

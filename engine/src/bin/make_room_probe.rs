@@ -41,6 +41,7 @@ fn main() -> Result<()> {
     let mut config = match model {
         Some(model) => EngineConfig {
             model,
+            chat_template: None,
             weights: Default::default(),
             max_running: 16,
             accelerator: Accelerator::Cpu,
@@ -48,7 +49,7 @@ fn main() -> Result<()> {
             compute_nice: 0,
             mixed_passes: true,
         },
-        None => EngineConfig::bundled(&ModelCache::from_env())?,
+        None => EngineConfig::from_cache(&ModelCache::from_env())?,
     };
     config.accelerator =
         Accelerator::from_args(&device, kv_pool.as_deref()).map_err(anyhow::Error::msg)?;
