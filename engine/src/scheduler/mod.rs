@@ -4,8 +4,8 @@
 //! The policy plans a step; the step becomes *passes*, the forward passes the engine can
 //! batch (prompt chunks in one pass start at the same token, are as long, and all sample
 //! a token or none does; decodes of different KV lengths share a pass only where the
-//! model takes them, as patch 5 makes the GGUF llama model do on the CPU and paged
-//! attention does on a GPU, else each length is a pass of its own). The engine asks for
+//! model takes them, as patches 5 and 35 make the GGUF llama, qwen2 and qwen3 models do
+//! on the CPU and paged attention does on a GPU, else each length is a pass of its own). The engine asks for
 //! work once per loop, and gets one pass at a time, most urgent first. When a step's
 //! passes have all run, the policy hears what ran and which sequences stopped, and plans
 //! the next ([`planner`], shared by both adapters).
@@ -90,11 +90,11 @@ pub enum Batching {
     /// CPU, where the sequences' caches are concatenated for a pass).
     #[default]
     EqualLengths,
-    /// Decodes of any KV lengths together (patch 5 of the series: the GGUF llama model on
-    /// the CPU; paged attention on a GPU).
+    /// Decodes of any KV lengths together (patches 5 and 35 of the series: the GGUF llama,
+    /// qwen2 and qwen3 models on the CPU; paged attention on a GPU).
     UnequalDecodes,
-    /// That, and the step's decodes inside a prompt chunk's pass (patch 32: mixed passes,
-    /// the GGUF llama model on the CPU), where on a CPU a decode costs a row of the
+    /// That, and the step's decodes inside a prompt chunk's pass (patches 32 and 36: mixed
+    /// passes, the GGUF llama, qwen2 and qwen3 models on the CPU), where on a CPU a decode costs a row of the
     /// chunk's products instead of a pass of its own.
     Mixed,
 }
