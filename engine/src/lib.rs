@@ -181,22 +181,17 @@ impl Engine {
             .build()?;
         let make_room = scheduler::MakeRoomHandle::default();
         let owner = sublet_heap::owned_by(sublet_heap::Owner::Engine);
-        let (built, weights_bytes) =
-            memory::heap_taken_by(|| runtime.block_on(build_runner(config, &make_room)));
+        // The header once, for the batching the model takes and its template's roles.
+        let facts = inspect_gguf(&config.model, true).ok();
+        let (built, weights_bytes) = memory::heap_taken_by(|| {
+            runtime.block_on(build_runner(config, facts.as_ref(), &make_room))
+        });
         drop(owner);
         let (runner, tokens) = built?;
         // The load's warm-up request leaves its KV in the prefix cache: not weights.
         let warm_up_kv = make_room.state().memory.prefix_cache_bytes;
         let weights_bytes = weights_bytes.map(|b| b.saturating_sub(warm_up_kv));
-        let template = match &config.chat_template {
-            Some(path) => model_file::read_chat_template(path),
-            None => inspect_gguf(&config.model, true)
-                .ok()
-                .and_then(|facts| facts.chat_template),
-        };
-        let system_role = template
-            .as_deref()
-            .is_none_or(model_file::takes_system_role);
+        let system_role = model_file::system_role(config.chat_template.as_deref(), facts);
         let model_name = config
             .model
             .file_stem()
@@ -460,6 +455,7 @@ impl Engine {
 
 async fn build_runner(
     config: &EngineConfig,
+    facts: Option<&GgufFacts>,
     make_room: &scheduler::MakeRoomHandle,
 ) -> Result<(Arc<MistralRs>, Option<TokenCounter>), LoadError> {
     let model = &config.model;
@@ -540,7 +536,10 @@ async fn build_runner(
         None => Arc::new(tokio::sync::Mutex::new(
             scheduler::MakeRoomScheduler::new(policy, make_room)
                 .batching(
-                    match (decodes_unequal_lengths_together(model), config.mixed_passes) {
+                    match (
+                        model_file::batches_unequal_lengths(facts),
+                        config.mixed_passes,
+                    ) {
                         (false, _) => scheduler::Batching::EqualLengths,
                         (true, false) => scheduler::Batching::UnequalDecodes,
                         (true, true) => scheduler::Batching::Mixed,
@@ -563,24 +562,6 @@ fn model_dtype(dtype: candle_core::DType) -> ModelDType {
         candle_core::DType::F16 => ModelDType::F16,
         _ => ModelDType::F32,
     }
-}
-
-/// Whether mistral.rs's model for this GGUF decodes sequences of different lengths in one
-/// forward pass, and runs mixed passes: its llama, qwen2 and qwen3 models do (patches 5
-/// and 32 of the series, 35 and 36 for the qwen models), the others batch only sequences
-/// of equal length.
-fn decodes_unequal_lengths_together(model: &Path) -> bool {
-    let Ok(mut file) = std::fs::File::open(model) else {
-        return false;
-    };
-    let Ok(content) = candle_core::quantized::gguf_file::Content::read(&mut file) else {
-        return false;
-    };
-    content
-        .metadata
-        .get("general.architecture")
-        .and_then(|v| v.to_string().ok())
-        .is_some_and(|arch| matches!(arch.as_str(), "llama" | "mistral3" | "qwen2" | "qwen3"))
 }
 
 #[cfg(test)]

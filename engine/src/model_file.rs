@@ -188,6 +188,29 @@ pub fn takes_system_role(template: &str) -> bool {
     template.contains("system") && !template.contains("System role not supported")
 }
 
+/// Whether the model's template (the file given, else the GGUF's) renders system
+/// messages; with neither known, it is taken to.
+pub(crate) fn system_role(given: Option<&Path>, facts: Option<GgufFacts>) -> bool {
+    let template = match given {
+        Some(path) => read_chat_template(path),
+        None => facts.and_then(|facts| facts.chat_template),
+    };
+    template.as_deref().is_none_or(takes_system_role)
+}
+
+/// Whether mistral.rs's model for this GGUF decodes sequences of different lengths in one
+/// forward pass, and runs mixed passes: its llama, qwen2 and qwen3 models do (patches 5
+/// and 32 of the series, 35 and 36 for the qwen models), the others batch only sequences
+/// of equal length.
+pub(crate) fn batches_unequal_lengths(facts: Option<&GgufFacts>) -> bool {
+    facts.is_some_and(|facts| {
+        matches!(
+            facts.architecture.as_str(),
+            "llama" | "mistral3" | "qwen2" | "qwen3"
+        )
+    })
+}
+
 /// Checks a chat template file given for a GGUF: a Jinja template, or a JSON file with a
 /// `chat_template` string (a Hugging Face `tokenizer_config.json`).
 pub fn check_chat_template(path: &Path) -> Result<(), String> {
