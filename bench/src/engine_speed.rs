@@ -71,7 +71,7 @@ impl Prompt {
     }
 
     /// The same prompt behind a tag no request has used before.
-    fn fresh(&self) -> Vec<Message> {
+    pub fn fresh(&self) -> Vec<Message> {
         static NEXT: AtomicU64 = AtomicU64::new(1);
         let tag = NEXT.fetch_add(1, Ordering::Relaxed);
         let mut messages = self.messages.clone();

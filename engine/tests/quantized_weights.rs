@@ -1,8 +1,8 @@
-//! The quantized weights' matrix products (candle patch 2): f32 activations times
-//! Q4_0/Q4_1/Q8_0 weights give the dequantized-f32 product, for one row (a decode step),
-//! a few rows (a pass of a few sequences), a prompt chunk's (tiles, up to 256 rows) and
-//! more (a long prompt, dequantized). Stock candle rounds the
-//! activations to 8 bits, which misses these bounds by orders of magnitude.
+//! The quantized weights' matrix products (candle patches 2 and 6): f32 activations times
+//! Q4_0/Q4_1/Q5_0/Q8_0/Q4_K/Q6_K weights give the dequantized-f32 product, for one row (a
+//! decode step), a few rows (a pass of a few sequences), a prompt chunk's (tiles, up to 256
+//! rows) and more (a long prompt, dequantized). Stock candle rounds the activations to 8
+//! bits, which misses these bounds by orders of magnitude.
 
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
@@ -22,11 +22,22 @@ fn values(count: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
+/// Each type the tiles take, with a row length it splits into: the legacy types' blocks are
+/// 32 weights, the K-quants' 256 (576 is SmolLM2's width; 1536 splits into both).
+const TYPES: [(GgmlDType, usize); 6] = [
+    (GgmlDType::Q4_0, 576),
+    (GgmlDType::Q4_1, 576),
+    (GgmlDType::Q5_0, 576),
+    (GgmlDType::Q8_0, 576),
+    (GgmlDType::Q4K, 1536),
+    (GgmlDType::Q6K, 1536),
+];
+
 #[test]
 fn quantized_products_equal_the_dequantized_f32_products() -> candle_core::Result<()> {
-    let (k, n) = (576, 200);
-    let weights = Tensor::from_vec(values(n * k, 1), (n, k), &Device::Cpu)?;
-    for dtype in [GgmlDType::Q4_0, GgmlDType::Q4_1, GgmlDType::Q8_0] {
+    let n = 200;
+    for (dtype, k) in TYPES {
+        let weights = Tensor::from_vec(values(n * k, 1), (n, k), &Device::Cpu)?;
         let quantized = QTensor::quantize(&weights, dtype)?;
         let dequantized = quantized.dequantize(&Device::Cpu)?;
         for m in [1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 16, 17, 40, 256, 257] {
@@ -60,9 +71,9 @@ fn a_rows_product_does_not_depend_on_the_rows_beside_it() -> candle_core::Result
         eprintln!("no AVX2 here: candle's own kernels, which round the activations per row");
         return Ok(());
     }
-    let (k, n) = (1536, 202);
-    let weights = Tensor::from_vec(values(n * k, 3), (n, k), &Device::Cpu)?;
-    for dtype in [GgmlDType::Q4_0, GgmlDType::Q4_1, GgmlDType::Q8_0] {
+    let n = 202;
+    for (dtype, k) in TYPES {
+        let weights = Tensor::from_vec(values(n * k, 3), (n, k), &Device::Cpu)?;
         let quantized = QTensor::quantize(&weights, dtype)?;
         let all = Tensor::from_vec(values(40 * k, 11), (1, 40, k), &Device::Cpu)?;
         let alone: Vec<Vec<f32>> = (0..40)
