@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
 use sublet_agent::{AgentConfig, CallObserver, Persona, SpeechMemory, TurnRecord, VoiceAgent};
 use sublet_engine::make_room::{PolicyConfig, Switches};
@@ -188,6 +188,7 @@ impl CallArgs {
     /// Loads the voice agent, starts a runtime, and serves the agents' API on it (when
     /// `--api` is given) on the calls' engine.
     pub fn start(&self, program: &'static str) -> Result<(VoiceAgent, tokio::runtime::Runtime)> {
+        self.api.check()?;
         let (agent, engine) = self
             .engine
             .voice_agent_sharing(self.config(), self.api.shared())?;
@@ -228,6 +229,11 @@ pub struct ApiLimitArgs {
     /// at 0, agents at 1). Lower it only for clients trusted to outrank a caller.
     #[arg(long, default_value_t = AGENT_PRIORITY, allow_negative_numbers = true)]
     pub api_priority_floor: i32,
+    /// A host name the API answers to without a key, beside 127.0.0.1, ::1 and localhost
+    /// (repeatable): a request naming any other `Host` gets 403, so a web page that rebinds
+    /// its own name to this machine cannot use the API. With a key any name is served.
+    #[arg(long, value_name = "NAME")]
+    pub api_allowed_host: Vec<String>,
 }
 
 impl Default for ApiLimitArgs {
@@ -235,6 +241,7 @@ impl Default for ApiLimitArgs {
         Self {
             api_max_in_flight: ServerConfig::default().max_in_flight,
             api_priority_floor: AGENT_PRIORITY,
+            api_allowed_host: Vec::new(),
         }
     }
 }
@@ -245,6 +252,7 @@ impl ApiLimitArgs {
         let mut config = ServerConfig {
             api_key,
             max_in_flight: self.api_max_in_flight,
+            allowed_hosts: self.api_allowed_host.clone(),
             ..ServerConfig::default()
         };
         let least_urgent = *config.limits.priorities.end();
@@ -255,6 +263,14 @@ impl ApiLimitArgs {
 }
 
 impl ApiArgs {
+    /// [`check_exposure`] for `--api`, before anything loads.
+    pub fn check(&self) -> Result<()> {
+        match self.api {
+            Some(addr) => check_exposure("--api", addr, self.api_key.as_deref()),
+            None => Ok(()),
+        }
+    }
+
     /// Whether agents share the engine with the calls.
     pub fn shared(&self) -> bool {
         self.api.is_some()
@@ -336,6 +352,19 @@ pub async fn listen(addr: SocketAddr) -> Result<tokio::net::TcpListener> {
     tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen on {addr}"))
+}
+
+/// Refuses, at start, an API that anyone on the network could use: an empty key (a bare
+/// `Bearer ` would match it), or a non-loopback address (`flag`'s) without a key.
+pub fn check_exposure(flag: &str, addr: SocketAddr, api_key: Option<&str>) -> Result<()> {
+    match api_key {
+        Some("") => bail!("--api-key is empty: give a key, or none on a loopback address"),
+        None if !addr.ip().is_loopback() => bail!(
+            "{flag} {addr} is reachable from other machines: give --api-key KEY (or \
+             SUBLET_API_KEY), or listen on 127.0.0.1"
+        ),
+        _ => Ok(()),
+    }
 }
 
 /// The agents' API over `engine`.

@@ -126,11 +126,30 @@ fn the_official_openai_client_is_served() {
         .unwrap();
     let server = Server::watched("serve", child);
     server.wait_healthy(port);
+    // Two clients that send their headers, then stall mid-body: each holds a connection,
+    // never one of the two places in flight (else every request below would get 429).
+    let stalled: Vec<TcpStream> = (0..2).map(|_| stall_mid_body(port)).collect();
     let metrics = check_served(port);
+    drop(stalled);
     assert!(
         !metrics.contains("sublet_make_room_switch"),
         "serve alone schedules as stock: {metrics}"
     );
+}
+
+/// A chat request whose body stops a few bytes in, its connection left open.
+fn stall_mid_body(port: u16) -> TcpStream {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .write_all(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+              Authorization: Bearer test-key\r\nContent-Type: application/json\r\n\
+              Content-Length: 1000\r\n\r\n{\"mess",
+        )
+        .unwrap();
+    // Past the headers: the server has the request and waits for its body.
+    std::thread::sleep(Duration::from_millis(200));
+    stream
 }
 
 /// One process, as the product is deployed: the worker answering calls serves the agents'

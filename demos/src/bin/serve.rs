@@ -14,7 +14,9 @@ use std::sync::Arc;
 
 use anyhow::Result;
 use clap::Parser;
-use sublet_demos::{api_router, listen, ApiLimitArgs, CallerRoom, EngineArgs, ViewArgs};
+use sublet_demos::{
+    api_router, check_exposure, listen, ApiLimitArgs, CallerRoom, EngineArgs, ViewArgs,
+};
 use sublet_engine::server::{serve, ConnectionLimits};
 use sublet_engine::Engine;
 
@@ -25,7 +27,7 @@ struct Args {
     #[arg(long, default_value = "127.0.0.1:8000")]
     addr: SocketAddr,
     /// Require this key as `Authorization: Bearer <key>` (default: `SUBLET_API_KEY`, else none).
-    #[arg(long, env = "SUBLET_API_KEY")]
+    #[arg(long, env = "SUBLET_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
     #[command(flatten)]
     limits: ApiLimitArgs,
@@ -36,6 +38,7 @@ struct Args {
 }
 
 fn run(args: Args) -> Result<()> {
+    check_exposure("--addr", args.addr, args.api_key.as_deref())?;
     let cache = args.engine.models()?;
     let engine = Arc::new(Engine::load(&args.engine.engine_config(&cache, false)?)?);
     let app = api_router(&engine, args.limits.server_config(args.api_key));

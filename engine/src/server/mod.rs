@@ -10,10 +10,13 @@
 //!
 //! What a client cannot push past: [`serve`]'s bound on connections and deadline for
 //! headers; a deadline and a size bound for the body, which must be JSON (so a web page
-//! cannot post to a keyless local server); a bound on chat requests in flight (429 with
-//! `Retry-After` beyond it); the key compared in constant time.
+//! cannot post to a keyless local server); without a key, only loopback `Host` names (so
+//! a page that rebinds its name to 127.0.0.1 cannot use it); a bound on chat requests in
+//! flight (429 with `Retry-After` beyond it), a place taken only once the body is in;
+//! bounds on the fields that cost the engine work; the key compared in constant time.
 
 mod connections;
+mod host;
 mod metrics;
 pub mod openai;
 mod prompt_length;
@@ -55,6 +58,10 @@ pub struct ServerConfig {
     pub limits: Limits,
     /// More lines for `/metrics` from the process around the engine (default none).
     pub more_metrics: Option<MoreMetrics>,
+    /// Host names a server without a key answers to beside the loopback ones (default
+    /// none): a web page that rebinds its own name to 127.0.0.1 sends that name as `Host`
+    /// and is refused. With a key any `Host` is served (the key is the guard).
+    pub allowed_hosts: Vec<String>,
 }
 
 /// Lines of Prometheus' text format that the process around the engine adds to
@@ -77,6 +84,7 @@ impl Default for ServerConfig {
             max_in_flight: 64,
             limits: Limits::default(),
             more_metrics: None,
+            allowed_hosts: Vec::new(),
         }
     }
 }
@@ -121,7 +129,7 @@ fn error_response(error: &ApiError) -> Response {
 
 fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(key) = &state.config.api_key else {
-        return Ok(());
+        return host::check(headers, &state.config.allowed_hosts);
     };
     let given = headers
         .get(header::AUTHORIZATION)
@@ -255,6 +263,9 @@ async fn serve_request(
 ) -> Result<Response, Unserved> {
     authorize(state, headers)?;
     require_json(headers)?;
+    // The body first, the place among those in flight after: a client that sends its body
+    // slowly holds a connection (bounded by `serve`), never a place.
+    let body = read_body(&state.config, body).await?;
     let permit: OwnedSemaphorePermit =
         state.in_flight.clone().try_acquire_owned().map_err(|_| {
             ApiError::busy(format!(
@@ -262,7 +273,6 @@ async fn serve_request(
                 state.config.max_in_flight
             ))
         })?;
-    let body = read_body(&state.config, body).await?;
     let parsed = api.parse(&body, &state.config.limits);
     // Only the parsed request lives on while it is answered.
     drop(body);
@@ -275,7 +285,7 @@ async fn serve_request(
         state.engine.token_counter(),
         state.engine.max_sequence_length(),
     ) {
-        prompt_length::check(counter, max_len, &request.prompt).await?;
+        prompt_length::check(counter, max_len, &request).await?;
     }
     let priority = request.priority;
     // Admitted: from here the request ends counted once, even if its client leaves while

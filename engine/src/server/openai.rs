@@ -141,6 +141,17 @@ impl Settings {
                 format!("stop takes at most {MAX_STOPS} texts, none of them empty"),
             ));
         }
+        // The engine searches each stop text after every token, on its one thread.
+        if let Some(long) = stop.iter().find(|s| s.len() > limits.max_stop_bytes) {
+            return Err(ApiError::invalid(
+                Some("stop"),
+                format!(
+                    "a stop text of {} bytes; this server takes at most {}",
+                    long.len(),
+                    limits.max_stop_bytes
+                ),
+            ));
+        }
         Ok(Parsed {
             request: ChatRequest {
                 max_tokens,
@@ -253,6 +264,17 @@ pub struct Limits {
     /// Voice turns come in process at a more urgent priority, so no client outranks a
     /// caller unless the operator widens this; the bound also bounds `/metrics`' rows.
     pub priorities: RangeInclusive<i32>,
+    /// Longest stop text, in bytes (default 256): mistral.rs tokenizes each at admission
+    /// and searches the reply for it after every token, on the engine's thread.
+    pub max_stop_bytes: usize,
+    /// Tools a request may offer (default 128, OpenAI's bound).
+    pub max_tools: usize,
+    /// Their definitions together, as JSON (default 64 KiB): the chat template renders
+    /// them into the prompt and the grammar constraint compiles their parameters.
+    pub max_tools_bytes: usize,
+    /// A `response_format` schema, as JSON (default 64 KiB), compiled into a grammar on
+    /// the engine's thread.
+    pub max_schema_bytes: usize,
 }
 
 impl Default for Limits {
@@ -262,6 +284,10 @@ impl Default for Limits {
             default_max_tokens: 256,
             max_messages: 4096,
             priorities: AGENT_PRIORITY..=AGENT_PRIORITY + 9,
+            max_stop_bytes: 256,
+            max_tools: 128,
+            max_tools_bytes: 64 << 10,
+            max_schema_bytes: 64 << 10,
         }
     }
 }

@@ -1,22 +1,27 @@
 //! A prompt too long for the model, refused before the engine's thread sees it.
 //!
-//! The prompt's text is bounded first from its bytes alone (it surely fits when short and
-//! cannot when long), then tokenized on a blocking worker; a prompt whose text alone takes
-//! more tokens than the model holds gets OpenAI's `context_length_exceeded`. The count leaves out the chat template's few tokens a
+//! Counted is everything the chat template renders: each message's content, the tool calls
+//! an assistant message carries (names and arguments), and the tools offered (names,
+//! descriptions, parameters as JSON). The text is bounded first from its bytes alone (it
+//! surely fits when short and cannot when long), then tokenized on a blocking worker; a
+//! prompt whose text alone takes more tokens than the model holds gets OpenAI's
+//! `context_length_exceeded`. The count leaves out the chat template's few tokens a
 //! message, so a prompt just over the limit still reaches the engine, which refuses it
 //! exactly: this check only keeps the slow cases off the engine's thread.
 
-use crate::{Prompt, TokenCounter};
+use std::borrow::Cow;
+
+use crate::{ChatRequest, Prompt, TokenCounter};
 
 use super::openai::{Api, ApiError};
 
-/// `Err` if `prompt` cannot fit in `max_len` tokens.
+/// `Err` if `request`'s prompt cannot fit in `max_len` tokens.
 pub(super) async fn check(
     counter: &TokenCounter,
     max_len: usize,
-    prompt: &Prompt,
+    request: &ChatRequest,
 ) -> Result<(), ApiError> {
-    let texts: Vec<&str> = prompt.texts().collect();
+    let texts = rendered_texts(request);
     let text = texts.join("\n");
     // A token covers at least one byte (one more for a prefix the tokenizer may add):
     // a text this short fits without being tokenized here, as nearly every request does.
@@ -27,20 +32,21 @@ pub(super) async fn check(
     let limit = max_len + texts.len();
     let at_least = counter.at_least(&text);
     if at_least > limit {
-        return Err(too_long(format!("at least {at_least}"), max_len, prompt));
+        return Err(too_long(format!("at least {at_least}"), max_len, request));
     }
     let counter = counter.clone();
     let tokens = tokio::task::spawn_blocking(move || counter.count(&text))
         .await
         .map_err(|e| ApiError::server(format!("counting the prompt's tokens: {e}")))?;
     match tokens {
-        Some(tokens) if tokens > limit => Err(too_long(tokens.to_string(), max_len, prompt)),
+        Some(tokens) if tokens > limit => Err(too_long(tokens.to_string(), max_len, request)),
         _ => Ok(()),
     }
 }
 
-fn too_long(tokens: String, max_len: usize, prompt: &Prompt) -> ApiError {
-    let (api, what) = match prompt {
+fn too_long(tokens: String, max_len: usize, request: &ChatRequest) -> ApiError {
+    let (api, what) = match &request.prompt {
+        Prompt::Chat(_) if !request.tools.is_empty() => (Api::Chat, "the messages and tools take"),
         Prompt::Chat(_) => (Api::Chat, "the messages take"),
         Prompt::Text(_) => (Api::Text, "the prompt takes"),
     };
@@ -50,5 +56,75 @@ fn too_long(tokens: String, max_len: usize, prompt: &Prompt) -> ApiError {
             Some(api.prompt_field()),
             format!("{what} {tokens} tokens; this model takes at most {max_len}"),
         )
+    }
+}
+
+/// The texts of `request` that its chat template renders into the prompt.
+fn rendered_texts(request: &ChatRequest) -> Vec<Cow<'_, str>> {
+    let mut texts: Vec<Cow<'_, str>> = request.prompt.texts().map(Cow::Borrowed).collect();
+    if let Prompt::Chat(messages) = &request.prompt {
+        for call in messages.iter().flat_map(|m| &m.tool_calls) {
+            texts.push(Cow::Borrowed(&call.name));
+            texts.push(Cow::Borrowed(&call.arguments));
+        }
+    }
+    for tool in &request.tools {
+        texts.push(Cow::Borrowed(&tool.name));
+        if let Some(description) = &tool.description {
+            texts.push(Cow::Borrowed(description));
+        }
+        if let Some(parameters) = &tool.parameters {
+            texts.push(Cow::Owned(
+                serde_json::Value::from(parameters.clone()).to_string(),
+            ));
+        }
+    }
+    texts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Message, Role, Tool, ToolCall};
+
+    fn checked(request: &ChatRequest) -> Result<(), ApiError> {
+        // One token a byte: the count is the text's length.
+        let counter = TokenCounter::new(|t| Some(t.len()), 1);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        runtime.block_on(check(&counter, 1000, request))
+    }
+
+    #[test]
+    fn tools_and_tool_calls_count_toward_the_prompt() {
+        let short = ChatRequest::new(vec![Message::new(Role::User, "hi")], 10);
+        assert!(checked(&short).is_ok());
+        let offered = ChatRequest {
+            tools: vec![Tool {
+                name: "f".into(),
+                description: Some("d".repeat(2000)),
+                parameters: None,
+            }],
+            ..short.clone()
+        };
+        let refused = checked(&offered).unwrap_err();
+        assert_eq!(refused.code, Some("context_length_exceeded"));
+        assert!(
+            refused.message.contains("messages and tools"),
+            "{}",
+            refused.message
+        );
+        let mut called = Message::new(Role::Assistant, "");
+        called.tool_calls.push(ToolCall {
+            id: "c".into(),
+            name: "f".into(),
+            arguments: "x".repeat(2000),
+        });
+        let calls = ChatRequest::new(vec![Message::new(Role::User, "hi"), called], 10);
+        assert_eq!(
+            checked(&calls).unwrap_err().code,
+            Some("context_length_exceeded")
+        );
     }
 }

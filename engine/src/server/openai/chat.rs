@@ -36,6 +36,32 @@ pub struct WireFunction {
     pub parameters: Option<serde_json::Map<String, Value>>,
 }
 
+impl WireTool {
+    /// What the tool's definition weighs: its name, description and parameters' JSON.
+    fn json_bytes(&self) -> usize {
+        let f = &self.function;
+        f.name.len()
+            + f.description.as_ref().map_or(0, String::len)
+            + f.parameters.as_ref().map_or(0, json_bytes)
+    }
+}
+
+/// `value`'s length as compact JSON, counted without writing the text out.
+pub(in crate::server) fn json_bytes(value: &impl serde::Serialize) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    serde_json::to_writer(&mut count, value).map_or(usize::MAX, |()| count.0)
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
 pub enum WireToolChoice {
@@ -195,7 +221,20 @@ impl ChatCompletionBody {
                 ReplyFormat::JsonSchema(json_schema.schema.unwrap_or_else(any_object))
             }
         };
-        (parsed.request.tools, parsed.request.tool_choice) = tools(self.tools, self.tool_choice)?;
+        if let ReplyFormat::JsonSchema(schema) = &parsed.request.format {
+            let bytes = json_bytes(schema);
+            if bytes > limits.max_schema_bytes {
+                return Err(ApiError::invalid(
+                    Some("response_format"),
+                    format!(
+                        "a schema of {bytes} bytes; this server takes at most {}",
+                        limits.max_schema_bytes
+                    ),
+                ));
+            }
+        }
+        (parsed.request.tools, parsed.request.tool_choice) =
+            tools(self.tools, self.tool_choice, limits)?;
         Ok(parsed)
     }
 }
@@ -206,9 +245,31 @@ impl ChatCompletionBody {
 fn tools(
     tools: Option<Vec<WireTool>>,
     choice: Option<WireToolChoice>,
+    limits: &Limits,
 ) -> Result<(Vec<Tool>, ToolChoice), ApiError> {
+    let tools = tools.unwrap_or_default();
+    if tools.len() > limits.max_tools {
+        return Err(ApiError::invalid(
+            Some("tools"),
+            format!(
+                "{} tools; this server takes at most {}",
+                tools.len(),
+                limits.max_tools
+            ),
+        ));
+    }
+    let bytes: usize = tools.iter().map(WireTool::json_bytes).sum();
+    if bytes > limits.max_tools_bytes {
+        return Err(ApiError::invalid(
+            Some("tools"),
+            format!(
+                "tools of {bytes} bytes; this server takes at most {}",
+                limits.max_tools_bytes
+            ),
+        ));
+    }
     let mut checked = Vec::new();
-    for (i, tool) in tools.into_iter().flatten().enumerate() {
+    for (i, tool) in tools.into_iter().enumerate() {
         if tool.kind != "function" {
             return Err(ApiError::invalid(
                 Some("tools"),

@@ -177,6 +177,52 @@ fn refuses_what_it_cannot_serve() {
 }
 
 #[test]
+fn fields_that_cost_the_engine_work_are_bounded_by_their_name() {
+    let user = json!([{"role": "user", "content": "x"}]);
+    let with = |field: &str, value: Value| {
+        let mut body = json!({"messages": user});
+        body[field] = value;
+        parse(body).map(|(r, _)| r)
+    };
+    let limit = limits().max_stop_bytes;
+    assert!(with("stop", json!(["a".repeat(limit)])).is_ok());
+    let refused = with("stop", json!(["ok", "a".repeat(limit + 1)])).unwrap_err();
+    assert_eq!((refused.status, refused.param), (400, Some("stop")));
+
+    let tool = |name: String, description: String| {
+        json!({"type": "function", "function": {"name": name, "description": description,
+               "parameters": {"type": "object"}}})
+    };
+    let count = limits().max_tools;
+    let tools = |n: usize| {
+        Value::from(
+            (0..n)
+                .map(|i| tool(format!("f{i}"), String::new()))
+                .collect::<Vec<_>>(),
+        )
+    };
+    assert_eq!(with("tools", tools(count)).unwrap().tools.len(), count);
+    assert_eq!(
+        with("tools", tools(count + 1)).unwrap_err().param,
+        Some("tools")
+    );
+    let heavy = tool("f".into(), "d".repeat(limits().max_tools_bytes));
+    assert_eq!(
+        with("tools", json!([heavy])).unwrap_err().param,
+        Some("tools")
+    );
+
+    let schema = |bytes: usize| {
+        json!({"type": "json_schema", "json_schema": {"name": "s", "schema":
+               {"type": "object", "description": "d".repeat(bytes)}}})
+    };
+    assert!(with("response_format", schema(1000)).is_ok());
+    let refused = with("response_format", schema(limits().max_schema_bytes)).unwrap_err();
+    assert_eq!(refused.param, Some("response_format"));
+    assert!(refused.message.contains("bytes"), "{}", refused.message);
+}
+
+#[test]
 fn wrong_types_and_bad_json_are_refused_with_400() {
     for body in [
         r#"{"messages": [{"role": "user", "content": "x"}], "max_tokens": "ten"}"#,
