@@ -12,6 +12,7 @@
 
 use std::fs::File;
 use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -35,7 +36,11 @@ impl CallLog {
         call: &str,
         mut fields: Map<String, Value>,
     ) -> Result<Self> {
-        std::fs::create_dir_all(dir)
+        // What callers said: the directory and each record readable by their owner only.
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
             .with_context(|| format!("creating the records directory {}", dir.display()))?;
         let millis = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -55,6 +60,7 @@ impl CallLog {
         let file = File::options()
             .create_new(true)
             .append(true)
+            .mode(0o600)
             .open(&path)
             .with_context(|| format!("creating {}", path.display()))?;
         let mut log = Self { path, file };
@@ -153,6 +159,10 @@ mod tests {
         let mut log =
             CallLog::create(&dir, "playback", "a call/with odd name.wav", Map::new()).unwrap();
         let path = log.path().to_owned();
+        // What callers said is readable by the records' owner only, whatever the umask.
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!((mode(&dir), mode(&path)), (0o700, 0o600));
         assert!(path
             .file_name()
             .unwrap()

@@ -73,10 +73,15 @@ pub const WAV_RATES: std::ops::RangeInclusive<u32> = 1_000..=384_000;
 /// once more mixed down), and a recorded call of hours is far smaller.
 pub const MAX_WAV_BYTES: u64 = 512 << 20;
 
+/// The longest WAV read, in seconds: a small file at a low rate (8-bit, 1 kHz) can hold
+/// days, which resampled for speech would take tens of gigabytes; a recorded call of two
+/// hours takes ~460 MB at 16 kHz.
+pub const MAX_WAV_SECONDS: u32 = 2 * 60 * 60;
+
 /// Reads a WAV file of any rate in [`WAV_RATES`], channel count and sample format
 /// (8/16/24/32-bit integer or 32-bit float), mixed down to mono. A WAV written as a stream
 /// (its data length left at 0xFFFFFFFF), or cut short, is read to the end of the file.
-/// Files over [`MAX_WAV_BYTES`] are refused.
+/// Files over [`MAX_WAV_BYTES`] or [`MAX_WAV_SECONDS`] are refused.
 pub fn read_wav(path: impl AsRef<Path>) -> Result<Audio, AudioError> {
     let path = path.as_ref();
     let shown = path.display().to_string();
@@ -126,6 +131,12 @@ pub fn wav_from_bytes(bytes: Vec<u8>, shown: &str) -> Result<Audio, AudioError> 
         return Err(not_wav(format!(
             "{} bits a sample of {:?} is not served",
             spec.bits_per_sample, spec.sample_format
+        )));
+    }
+    let seconds = reader.duration() / spec.sample_rate;
+    if seconds > MAX_WAV_SECONDS {
+        return Err(not_wav(format!(
+            "{seconds} s long; WAV files over {MAX_WAV_SECONDS} s are refused"
         )));
     }
     let interleaved: Vec<f32> = match spec.sample_format {
@@ -375,6 +386,33 @@ mod tests {
         std::fs::write(&path, &plain[..plain.len() - 101]).unwrap();
         assert_eq!(read_wav(&path).unwrap().samples.len(), 1600 - 51);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// An 8-bit mono PCM WAV at 1 kHz, `seconds` long: a byte a second's thousandth.
+    fn eight_bit_1khz(seconds: u32) -> Vec<u8> {
+        let data = seconds * 1000;
+        let mut bytes = b"RIFF".to_vec();
+        bytes.extend((36 + data).to_le_bytes());
+        bytes.extend(b"WAVEfmt ");
+        bytes.extend(16u32.to_le_bytes());
+        bytes.extend(1u16.to_le_bytes()); // PCM
+        bytes.extend(1u16.to_le_bytes()); // mono
+        bytes.extend(1000u32.to_le_bytes()); // rate
+        bytes.extend(1000u32.to_le_bytes()); // bytes a second
+        bytes.extend(1u16.to_le_bytes()); // bytes a frame
+        bytes.extend(8u16.to_le_bytes()); // bits a sample
+        bytes.extend(b"data");
+        bytes.extend(data.to_le_bytes());
+        bytes.resize(bytes.len() + data as usize, 128);
+        bytes
+    }
+
+    #[test]
+    fn a_wav_longer_than_the_cap_is_refused_before_it_is_decoded() {
+        let at_cap = wav_from_bytes(eight_bit_1khz(MAX_WAV_SECONDS), "cap.wav").unwrap();
+        assert_eq!(at_cap.duration_s(), MAX_WAV_SECONDS as f64);
+        let over = wav_from_bytes(eight_bit_1khz(MAX_WAV_SECONDS + 1), "long.wav").unwrap_err();
+        assert!(over.to_string().contains("7201 s long"), "{over}");
     }
 
     #[test]

@@ -78,6 +78,40 @@ struct View {
     room: CallerRoom,
     client_js: axum::body::Bytes,
     visits: AtomicU64,
+    /// What `/engine` shows, sampled: the page polls it, and anyone may loop on it.
+    engine_state: sublet_engine::memory::Sampled<Value>,
+    /// Sessions handed out lately: each may start a call (a room, an agent dispatched).
+    sessions: SessionLimit,
+}
+
+/// At most [`SessionLimit::MOST`] sessions a minute, the page's whole audience together:
+/// each visit may start a call, and a loop of GETs must not start hundreds.
+#[derive(Default)]
+struct SessionLimit {
+    recent: std::sync::Mutex<std::collections::VecDeque<std::time::Instant>>,
+}
+
+impl SessionLimit {
+    const MOST: usize = 10;
+    const PER: std::time::Duration = std::time::Duration::from_secs(60);
+
+    /// A session now, or the seconds until one is allowed.
+    fn take(&self, now: std::time::Instant) -> Result<(), u64> {
+        let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        while recent
+            .front()
+            .is_some_and(|&t| now.duration_since(t) >= Self::PER)
+        {
+            recent.pop_front();
+        }
+        if recent.len() >= Self::MOST {
+            let oldest = recent[0];
+            let wait = Self::PER.saturating_sub(now.duration_since(oldest));
+            return Err(wait.as_secs().max(1));
+        }
+        recent.push_back(now);
+        Ok(())
+    }
 }
 
 impl ViewArgs {
@@ -141,6 +175,8 @@ pub fn router(
         room,
         client_js: client_js.into(),
         visits: AtomicU64::new(0),
+        engine_state: sublet_engine::memory::Sampled::new(sublet_engine::memory::SAMPLE_EVERY),
+        sessions: SessionLimit::default(),
     });
     Ok(Router::new()
         .route("/", get(page))
@@ -152,8 +188,17 @@ pub fn router(
         .with_state(view))
 }
 
+/// The page, never inside another site's frame: `?autostart` starts a call with the
+/// microphone, which a framing page could otherwise trigger and hide.
 async fn page() -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], PAGE)
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::X_FRAME_OPTIONS, "DENY"),
+            (header::CONTENT_SECURITY_POLICY, "frame-ancestors 'none'"),
+        ],
+        PAGE,
+    )
 }
 
 async fn script() -> impl IntoResponse {
@@ -189,6 +234,24 @@ async fn session(State(view): State<Arc<View>>, headers: HeaderMap) -> Response 
         )
             .into_response();
     }
+    if let CallerRoom::None = view.room {
+        return (
+            StatusCode::NOT_FOUND,
+            "this process answers no calls: the page shows the engine alone",
+        )
+            .into_response();
+    }
+    if let Err(wait_s) = view.sessions.take(std::time::Instant::now()) {
+        return (
+            StatusCode::TOO_MANY_REQUESTS,
+            [(header::RETRY_AFTER, wait_s.to_string())],
+            format!(
+                "{} calls started from this page in the last minute, its most: try again in {wait_s} s",
+                SessionLimit::MOST
+            ),
+        )
+            .into_response();
+    }
     let visit = view.visits.fetch_add(1, Ordering::Relaxed) + 1;
     let identity = format!("caller-{visit}");
     let (credentials, room) = match &view.room {
@@ -218,13 +281,15 @@ async fn session(State(view): State<Arc<View>>, headers: HeaderMap) -> Response 
 }
 
 async fn engine_route(State(view): State<Arc<View>>) -> Json<Value> {
-    let speech = view.speech.as_ref().map(VoiceAgent::speech_memory);
-    let mut state = engine_state(&view.engine, speech);
-    if let Some(agent) = &view.speech {
-        let names = agent.cache.model_names();
-        state["speech_models"] = json!({ "stt": names.stt, "voice": names.voice });
-    }
-    Json(state)
+    Json(view.engine_state.get(|| {
+        let speech = view.speech.as_ref().map(VoiceAgent::speech_memory);
+        let mut state = engine_state(&view.engine, speech);
+        if let Some(agent) = &view.speech {
+            let names = agent.cache.model_names();
+            state["speech_models"] = json!({ "stt": names.stt, "voice": names.voice });
+        }
+        state
+    }))
 }
 
 /// The engine as the page shows it: KV use against the budget, requests running and
@@ -286,6 +351,35 @@ pub fn memory_figures(engine: &EngineMemory, speech: Option<SpeechMemory>) -> Va
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn sessions_are_limited_per_minute() {
+        let limit = SessionLimit::default();
+        let start = std::time::Instant::now();
+        for i in 0..SessionLimit::MOST {
+            assert!(limit.take(start + Duration::from_secs(i as u64)).is_ok());
+        }
+        let later = start + Duration::from_secs(20);
+        assert_eq!(limit.take(later), Err(40));
+        // A minute after the first, one more.
+        assert!(limit.take(start + Duration::from_secs(60)).is_ok());
+        assert!(limit.take(start + Duration::from_secs(60)).is_err());
+    }
+
+    #[test]
+    fn the_page_refuses_to_be_framed() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let response = runtime.block_on(page()).into_response();
+        let headers = response.headers();
+        assert_eq!(headers[header::X_FRAME_OPTIONS], "DENY");
+        assert_eq!(
+            headers[header::CONTENT_SECURITY_POLICY],
+            "frame-ancestors 'none'"
+        );
+    }
 
     #[test]
     fn only_an_address_or_localhost_gets_a_caller_token() {

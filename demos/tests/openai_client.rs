@@ -366,6 +366,10 @@ fn check_served(port: u16) -> String {
         "still serving after refusals"
     );
     assert_eq!(seen["busy"]["status"], 429, "{}", seen["busy"]);
+    assert_eq!(
+        seen["metrics_without_key"], 401,
+        "/metrics is behind the key"
+    );
     assert_eq!(seen["busy"]["retry_after"], "1", "{}", seen["busy"]);
     assert!(
         seen["after_busy"]["content"]

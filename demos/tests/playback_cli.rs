@@ -136,3 +136,19 @@ fn a_call_killed_midway_keeps_the_turns_answered_so_far() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_reply_rate_outside_what_a_wav_takes_is_an_error_not_a_panic() {
+    for rate in ["0", "999", "384001"] {
+        let output = Command::new(env!("CARGO_BIN_EXE_playback"))
+            .args(["call.wav", "--rate", rate])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{rate}: {stderr}");
+        assert!(
+            stderr.contains("--rate") && !stderr.contains("panicked"),
+            "{rate}: {stderr}"
+        );
+    }
+}

@@ -146,6 +146,41 @@ pub fn heap_figures() -> Option<HeapFigures> {
 
 pub use sublet_heap::resident_bytes;
 
+/// A figure costly to take, taken at most once per `every` however often it is asked for,
+/// the rest served from the last snapshot: the allocator's figures walk every arena under
+/// its lock and the heap's block table is copied under its spin lock, so a client looping
+/// on `/metrics` or the page's `/engine` would slow allocation on the voice threads.
+pub struct Sampled<T> {
+    every: std::time::Duration,
+    last: std::sync::Mutex<Option<(std::time::Instant, T)>>,
+}
+
+impl<T: Clone> Sampled<T> {
+    pub fn new(every: std::time::Duration) -> Self {
+        Self {
+            every,
+            last: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// The snapshot, taken anew by `take` if the last is `every` old (concurrent askers
+    /// wait for one taking rather than each taking their own).
+    pub fn get(&self, take: impl FnOnce() -> T) -> T {
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        match &*last {
+            Some((at, value)) if at.elapsed() < self.every => value.clone(),
+            _ => {
+                let value = take();
+                *last = Some((std::time::Instant::now(), value.clone()));
+                value
+            }
+        }
+    }
+}
+
+/// How often [`Sampled`] figures are retaken where clients may ask in a loop.
+pub const SAMPLE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// The heap that loading something took: the allocator's bytes in use after `load` less
 /// before (`None` off glibc). Other threads' allocations meanwhile count too, so measure
 /// loads while the process is otherwise quiet.
@@ -177,4 +212,24 @@ pub struct EngineMemory {
     /// the activations and workspace of its largest pass (`None` without
     /// [`CountingAllocator`]).
     pub step_peak_bytes: Option<u64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_sampled_figure_is_taken_once_per_period() {
+        let taken = AtomicUsize::new(0);
+        let take = || taken.fetch_add(1, Ordering::SeqCst) + 1;
+        let hourly = Sampled::new(Duration::from_secs(3600));
+        assert_eq!(
+            (hourly.get(take), hourly.get(take), hourly.get(take)),
+            (1, 1, 1)
+        );
+        assert_eq!(taken.load(Ordering::SeqCst), 1);
+        let always = Sampled::new(Duration::ZERO);
+        assert_eq!((always.get(take), always.get(take)), (2, 3));
+    }
 }

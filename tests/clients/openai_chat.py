@@ -247,9 +247,18 @@ for attempt in range(20):
     except openai.RateLimitError:
         time.sleep(0.5)
 
+# /metrics is behind the key too.
+metrics_url = base_url.removesuffix("/v1") + "/metrics"
+try:
+    urllib.request.urlopen(metrics_url)
+    out["metrics_without_key"] = 200
+except urllib.error.HTTPError as e:
+    out["metrics_without_key"] = e.code
+
 # The metrics once nothing is in flight (the closed streams counted as cancelled).
 for _ in range(40):
-    metrics = urllib.request.urlopen(base_url.removesuffix("/v1") + "/metrics").read().decode()
+    keyed = urllib.request.Request(metrics_url, headers={"Authorization": f"Bearer {api_key}"})
+    metrics = urllib.request.urlopen(keyed).read().decode()
     if 'sublet_requests_in_flight{priority="1"} 0' in metrics:
         break
     time.sleep(0.25)

@@ -34,8 +34,9 @@ struct Args {
     /// Play the call as fast as possible; each turn is answered before the call goes on.
     #[arg(long)]
     fast: bool,
-    /// Sample rate of the reply WAV (default: the call's own rate).
-    #[arg(long)]
+    /// Sample rate of the reply WAV (default: the call's own rate), 1,000 to 384,000 Hz.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(
+        *sublet_audio::WAV_RATES.start() as i64..=*sublet_audio::WAV_RATES.end() as i64))]
     rate: Option<u32>,
     #[command(flatten)]
     agent: AgentArgs,

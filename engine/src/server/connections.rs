@@ -1,7 +1,8 @@
 //! Accepting connections with limits a client cannot push past: a bound on open
-//! connections (more wait in the listen backlog), and a deadline for each request's headers
-//! (a client that opens a connection and sends nothing, or one header line, is dropped).
-//! `axum::serve` has neither: hyper's header timeout is off there.
+//! connections (more wait in the listen backlog), a deadline for each request's headers
+//! (a client that opens a connection and sends nothing, or one header line, is dropped),
+//! and one for each write (a client that stops reading a streamed reply is dropped, its
+//! request cancelled). `axum::serve` has none of them: hyper's header timeout is off there.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -13,6 +14,8 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
+use super::write_deadline::WriteDeadline;
+
 /// How connections are accepted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectionLimits {
@@ -21,6 +24,9 @@ pub struct ConnectionLimits {
     /// Time a client has to send a request's headers, the first request's or the next on a
     /// kept-alive connection (default 10 s).
     pub header_timeout: Duration,
+    /// Time a write to a client may wait for it to read (default 30 s): a streamed reply
+    /// whose client reads nothing for this long is cancelled.
+    pub write_timeout: Duration,
 }
 
 impl Default for ConnectionLimits {
@@ -28,6 +34,7 @@ impl Default for ConnectionLimits {
         Self {
             max_connections: 256,
             header_timeout: Duration::from_secs(10),
+            write_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -61,8 +68,9 @@ pub async fn serve(
             () = &mut shutdown => return,
         };
         let service = TowerToHyperService::new(app.clone());
-        let header_timeout = limits.header_timeout;
+        let (header_timeout, write_timeout) = (limits.header_timeout, limits.write_timeout);
         tokio::spawn(async move {
+            let stream = WriteDeadline::new(stream, write_timeout);
             let connection = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(header_timeout)
@@ -91,9 +99,32 @@ mod tests {
             .unwrap();
         let listener = runtime.block_on(TcpListener::bind("127.0.0.1:0")).unwrap();
         let addr = listener.local_addr().unwrap();
-        let app = Router::new().route("/health", get(|| async { "ok" }));
+        let app = Router::new()
+            .route("/health", get(|| async { "ok" }))
+            .route("/endless", get(endless));
         runtime.spawn(serve(listener, app, limits, std::future::pending()));
         (addr, runtime)
+    }
+
+    /// Set when the endless reply's body is dropped (its connection closed).
+    static ENDLESS_DROPPED: std::sync::atomic::AtomicBool =
+        std::sync::atomic::AtomicBool::new(false);
+
+    struct Endless;
+
+    impl Drop for Endless {
+        fn drop(&mut self) {
+            ENDLESS_DROPPED.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    /// A reply that never ends, 64 KiB at a time, as a stream that a client stops reading.
+    async fn endless() -> axum::body::Body {
+        let chunks = futures::stream::unfold(Endless, |state| async move {
+            let chunk = axum::body::Bytes::from(vec![b'x'; 64 << 10]);
+            Some((Ok::<_, std::io::Error>(chunk), state))
+        });
+        axum::body::Body::from_stream(chunks)
     }
 
     fn get_health(addr: std::net::SocketAddr) -> String {
@@ -144,6 +175,7 @@ mod tests {
         let limits = ConnectionLimits {
             max_connections: 1,
             header_timeout: Duration::from_secs(2),
+            ..ConnectionLimits::default()
         };
         let (addr, _runtime) = start(limits);
         // The one connection allowed, idle: the next waits until its deadline frees it.
@@ -156,5 +188,31 @@ mod tests {
             "served at once: {:?}",
             started.elapsed()
         );
+    }
+
+    #[test]
+    fn a_client_that_stops_reading_a_stream_is_dropped() {
+        let limits = ConnectionLimits {
+            write_timeout: Duration::from_millis(500),
+            ..ConnectionLimits::default()
+        };
+        let (addr, _runtime) = start(limits);
+        let mut reader = std::net::TcpStream::connect(addr).unwrap();
+        reader
+            .write_all(b"GET /endless HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        // Never read: the buffers fill, the server's write waits, and then fails.
+        let started = Instant::now();
+        while !ENDLESS_DROPPED.load(std::sync::atomic::Ordering::SeqCst) {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "the reply still streams to a client that reads nothing"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(started.elapsed() >= Duration::from_millis(500));
+        // Others are still served.
+        assert!(get_health(addr).ends_with("ok"));
+        drop(reader);
     }
 }

@@ -3,7 +3,7 @@
 //! `POST /v1/chat/completions` (streamed as server-sent events or whole; with `tools`, the
 //! model's calls come back as OpenAI's `tool_calls`), `POST /v1/completions` (a text
 //! continued as it stands), `GET /v1/models`,
-//! `GET /health`, `GET /metrics` (Prometheus text). A request may carry `priority` (lower is
+//! `GET /health`, `GET /metrics` (Prometheus text, behind the key when one is set). A request may carry `priority` (lower is
 //! more urgent, as in vLLM) within the operator's range ([`Limits::priorities`]); without
 //! one it runs at [`AGENT_PRIORITY`](crate::AGENT_PRIORITY).
 //! Every refusal is an OpenAI-style JSON error and touches nothing else in flight.
@@ -20,6 +20,7 @@ mod host;
 mod metrics;
 pub mod openai;
 mod prompt_length;
+mod write_deadline;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -94,6 +95,8 @@ struct AppState {
     config: ServerConfig,
     metrics: Arc<Metrics>,
     in_flight: Arc<Semaphore>,
+    /// `/metrics`' costly lines (the heap's figures, the process's own), sampled.
+    memory_lines: crate::memory::Sampled<Arc<str>>,
 }
 
 /// The HTTP routes, ready for [`serve`].
@@ -103,6 +106,7 @@ pub fn router(engine: Arc<Engine>, config: ServerConfig, metrics: Arc<Metrics>) 
         in_flight: Arc::new(Semaphore::new(config.max_in_flight)),
         config,
         metrics,
+        memory_lines: crate::memory::Sampled::new(crate::memory::SAMPLE_EVERY),
     });
     Router::new()
         .route("/v1/chat/completions", post(chat_completions))
@@ -200,17 +204,23 @@ async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Respo
     .into_response()
 }
 
-async fn metrics_text(State(state): State<Arc<AppState>>) -> Response {
+/// Prometheus' text: the requests' and the scheduler's counters as they stand, the memory
+/// figures as last sampled (at most a second old). Behind the key when one is set.
+async fn metrics_text(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    if let Err(e) = authorize(&state, &headers) {
+        return error_response(&e);
+    }
+    let memory = state.memory_lines.get(|| {
+        let more = state.config.more_metrics.as_ref();
+        let lines = metrics::render_memory(&state.engine.memory())
+            + &more.map_or_else(String::new, |more| (more.0)());
+        lines.into()
+    });
     (
         [("content-type", "text/plain; version=0.0.4")],
         state.metrics.render()
             + &metrics::render_scheduler(&state.engine.scheduler_state())
-            + &metrics::render_memory(&state.engine.memory())
-            + &state
-                .config
-                .more_metrics
-                .as_ref()
-                .map_or_else(String::new, |more| (more.0)()),
+            + &memory,
     )
         .into_response()
 }
