@@ -234,24 +234,6 @@ async fn session(State(view): State<Arc<View>>, headers: HeaderMap) -> Response 
         )
             .into_response();
     }
-    if let CallerRoom::None = view.room {
-        return (
-            StatusCode::NOT_FOUND,
-            "this process answers no calls: the page shows the engine alone",
-        )
-            .into_response();
-    }
-    if let Err(wait_s) = view.sessions.take(std::time::Instant::now()) {
-        return (
-            StatusCode::TOO_MANY_REQUESTS,
-            [(header::RETRY_AFTER, wait_s.to_string())],
-            format!(
-                "{} calls started from this page in the last minute, its most: try again in {wait_s} s",
-                SessionLimit::MOST
-            ),
-        )
-            .into_response();
-    }
     let visit = view.visits.fetch_add(1, Ordering::Relaxed) + 1;
     let identity = format!("caller-{visit}");
     let (credentials, room) = match &view.room {
@@ -268,6 +250,17 @@ async fn session(State(view): State<Arc<View>>, headers: HeaderMap) -> Response 
                 .into_response()
         }
     };
+    if let Err(wait_s) = view.sessions.take(std::time::Instant::now()) {
+        return (
+            StatusCode::TOO_MANY_REQUESTS,
+            [(header::RETRY_AFTER, wait_s.to_string())],
+            format!(
+                "{} calls started from this page in the last minute, its most: try again in {wait_s} s",
+                SessionLimit::MOST
+            ),
+        )
+            .into_response();
+    }
     match credentials.caller_token(&room, &identity) {
         Ok(token) => Json(json!({
             "url": credentials.url,

@@ -75,7 +75,7 @@ fn rendered_texts(request: &ChatRequest) -> Vec<Cow<'_, str>> {
         }
         if let Some(parameters) = &tool.parameters {
             texts.push(Cow::Owned(
-                serde_json::Value::from(parameters.clone()).to_string(),
+                serde_json::to_string(parameters).unwrap_or_default(),
             ));
         }
     }
