@@ -9,9 +9,12 @@ use std::path::Path;
 use sublet_engine::{check_chat_template, gguf_from_hub, inspect_gguf, GgufFacts};
 use sublet_models::{LlmSource, ModelArgs, ModelCache, ModelChoice, ModelFlag, RefusedModel};
 
-/// The model cache with the user's models in place of the bundled ones, each checked.
-pub fn choose(args: &ModelArgs) -> Result<ModelCache, RefusedModel> {
-    choose_in(ModelCache::from_env(), args)
+/// The model cache with the user's models in place of the bundled ones, each checked,
+/// and the bundled ones still in use checked against their sha256.
+pub fn choose(args: &ModelArgs) -> anyhow::Result<ModelCache> {
+    let cache = choose_in(ModelCache::from_env(), args)?;
+    cache.verify_bundled()?;
+    Ok(cache)
 }
 
 /// [`choose`] over a given cache.

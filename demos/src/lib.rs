@@ -16,8 +16,10 @@ use sublet_engine::{Engine, EngineConfig, AGENT_PRIORITY, SHARED_COMPUTE_NICE, V
 use sublet_models::{ModelArgs, ModelCache, ModelNames};
 use sublet_turn_detect::TurnEvent;
 
+mod call_limits;
 mod timeline;
 pub mod view;
+pub use call_limits::CallLimits;
 pub use sublet_agent::call_log::{read_call_record, CallLog, CallRecord};
 pub use timeline::{Recorded, TimelineFile};
 pub use view::{CallerRoom, ViewArgs};
@@ -65,7 +67,7 @@ impl EngineArgs {
     /// The model cache with the user's models in place of the bundled ones, each checked
     /// first: a file that cannot run is refused here, naming its flag.
     pub fn models(&self) -> Result<ModelCache> {
-        Ok(sublet_agent::models::choose(&self.models)?)
+        sublet_agent::models::choose(&self.models)
     }
 
     /// The cache's engine, scheduled as asked. An engine `shared` by calls and agents runs
@@ -125,10 +127,8 @@ pub struct CallArgs {
     pub engine: EngineArgs,
     #[command(flatten)]
     pub api: ApiArgs,
-    /// Hang up on a caller whose audio stopped arriving (unmuted, still in the room) for
-    /// this many seconds; 0: never.
-    #[arg(long, value_name = "SECONDS", default_value_t = 30.0)]
-    pub media_timeout: f64,
+    #[command(flatten)]
+    pub limits: CallLimits,
     #[command(flatten)]
     pub records: RecordsArgs,
     #[command(flatten)]
@@ -166,13 +166,9 @@ impl RecordsArgs {
 }
 
 impl CallArgs {
-    /// How each room call treats a caller whose audio stops (`--media-timeout`).
+    /// Each room call's options (`--media-timeout`, `--muted-timeout`, `--max-call`).
     pub fn room_options(&self) -> sublet_livekit::CallOptions {
-        sublet_livekit::CallOptions {
-            media_timeout: (self.media_timeout > 0.0)
-                .then(|| std::time::Duration::from_secs_f64(self.media_timeout)),
-            ..sublet_livekit::CallOptions::default()
-        }
+        self.limits.room_options()
     }
 
     /// The agent's configuration, on an engine shared with agents when `--api` is given;

@@ -12,7 +12,7 @@ use sublet_audio::SPEECH_RATE;
 use sublet_turn_detect::TurnEvent;
 use tokio::sync::{mpsc, watch};
 
-use super::{CallEnd, RoomConnection, RoomEvent};
+use super::{CallEnd, RoomConnection, RoomEvent, TrackIgnored};
 use sublet_agent::CallObserver;
 use sublet_agent::Playout;
 use sublet_agent::TurnRecord;
@@ -25,10 +25,12 @@ const VOICE_RATE: u32 = 48_000;
 /// without audio the agent hears silence, so that turns still end.
 const SILENCE_AFTER: Duration = Duration::from_millis(100);
 const TICK: Duration = Duration::from_millis(20);
-/// The caller's audio queued for the pipeline, at most this many pieces (20 ms each: 30 s).
-/// A pipeline that falls that far behind drops the newest audio instead of queueing it
-/// without bound.
+/// The caller's audio queued for the pipeline, at most this many pieces of at most
+/// [`PIECE`] samples (20 ms each: 30 s). A pipeline that falls that far behind drops the
+/// newest audio instead of queueing it without bound.
 const AUDIO_QUEUE: usize = 1500;
+/// The longest piece queued: 20 ms at 16 kHz (a 120 ms Opus packet goes as six).
+const PIECE: usize = SPEECH_RATE as usize / 50;
 
 /// How a room call treats a room with nobody in it, a caller whose audio stops, and a
 /// hang-up. The defaults are what `room` and `worker` use.
@@ -44,6 +46,11 @@ pub struct CallOptions {
     /// Asked to hang up, the agent first finishes the turn in progress, but waits no longer
     /// than this (30 s; a turn whose transcript came out empty is never answered).
     pub hang_up_grace: Duration,
+    /// The longest a call lasts from the caller's first audio (an hour; `None`: no limit).
+    pub max_length: Option<Duration>,
+    /// Hang up on a caller whose microphone stays muted this long (5 minutes; `None`:
+    /// never): muted callers would otherwise hold a worker's places for ever.
+    pub muted_timeout: Option<Duration>,
 }
 
 impl Default for CallOptions {
@@ -52,6 +59,8 @@ impl Default for CallOptions {
             nobody_timeout: Duration::from_secs(60),
             media_timeout: Some(Duration::from_secs(30)),
             hang_up_grace: Duration::from_secs(30),
+            max_length: Some(Duration::from_secs(3600)),
+            muted_timeout: Some(Duration::from_secs(300)),
         }
     }
 }
@@ -64,6 +73,8 @@ pub struct RoomCall {
     pub turns: Vec<TurnRecord>,
     /// How long each resume of a dropped signal connection took.
     pub signal_resumes: Vec<Duration>,
+    /// The tracks participants published that the agent did not decode, and why.
+    pub ignored_tracks: Vec<(String, TrackIgnored)>,
     /// Why the call ended.
     pub ended: CallEnd,
 }
@@ -286,9 +297,12 @@ pub(crate) fn answer_room_until(
         let mut hanging_up: Option<Instant> = None;
         let mut caller: Option<String> = None;
         let mut resumes = Vec::new();
+        let mut ignored = Vec::new();
         let joined = Instant::now();
+        let mut first_audio: Option<Instant> = None;
         let mut last_audio = Instant::now();
-        let mut caller_muted = false;
+        // Since when the caller's microphone has been muted, if it is.
+        let mut muted_since: Option<Instant> = None;
         let mut dropped = 0usize;
         let mut tick = tokio::time::interval(TICK);
         let ended = loop {
@@ -300,15 +314,22 @@ pub(crate) fn answer_room_until(
                         }
                         if *caller.get_or_insert_with(|| identity.clone()) == identity {
                             last_audio = Instant::now();
-                            match audio_tx.try_send(samples) {
-                                Ok(()) => {}
-                                Err(TrySendError::Full(_)) => {
-                                    dropped += 1;
-                                    if dropped == 1 {
-                                        tracing::warn!("room: the pipeline is 30 s behind the caller; their newest audio is dropped");
+                            first_audio.get_or_insert(last_audio);
+                            let mut stopped = false;
+                            for piece in samples.chunks(PIECE) {
+                                match audio_tx.try_send(piece.to_vec()) {
+                                    Ok(()) => {}
+                                    Err(TrySendError::Full(_)) => {
+                                        dropped += 1;
+                                        if dropped == 1 {
+                                            tracing::warn!("room: the pipeline is 30 s behind the caller; their newest audio is dropped");
+                                        }
                                     }
+                                    Err(TrySendError::Disconnected(_)) => stopped = true,
                                 }
-                                Err(TrySendError::Disconnected(_)) => break CallEnd::AgentStopped,
+                            }
+                            if stopped {
+                                break CallEnd::AgentStopped;
                             }
                         }
                     }
@@ -324,10 +345,14 @@ pub(crate) fn answer_room_until(
                     }
                     Some(RoomEvent::MicrophoneMuted { identity, muted }) if caller.as_ref() == Some(&identity) => {
                         // Unmuted, the caller's audio is timed afresh.
-                        if muted != caller_muted {
-                            caller_muted = muted;
+                        if muted != muted_since.is_some() {
+                            muted_since = muted.then(Instant::now);
                             last_audio = Instant::now();
                         }
+                    }
+                    Some(RoomEvent::TrackIgnored { identity, reason }) => {
+                        tracing::info!("room: {identity}'s track is not heard: {reason}");
+                        ignored.push((identity, reason));
                     }
                     Some(RoomEvent::Disconnected { reason }) => break CallEnd::SignalLost { reason: Some(reason) },
                     Some(_) => {}
@@ -351,9 +376,19 @@ pub(crate) fn answer_room_until(
                     if caller.is_none() && joined.elapsed() >= options.nobody_timeout {
                         break CallEnd::NobodySpoke(options.nobody_timeout);
                     }
-                    if let (Some(_), Some(limit), false) = (&caller, options.media_timeout, caller_muted) {
+                    if let (Some(_), Some(limit), None) = (&caller, options.media_timeout, muted_since) {
                         if last_audio.elapsed() >= limit {
                             break CallEnd::MediaStopped(limit);
+                        }
+                    }
+                    if let (Some(since), Some(limit)) = (muted_since, options.muted_timeout) {
+                        if since.elapsed() >= limit {
+                            break CallEnd::MutedTooLong(limit);
+                        }
+                    }
+                    if let (Some(first), Some(limit)) = (first_audio, options.max_length) {
+                        if first.elapsed() >= limit {
+                            break CallEnd::TooLong(limit);
                         }
                     }
                     if caller.is_some() && last_audio.elapsed() >= SILENCE_AFTER {
@@ -363,7 +398,7 @@ pub(crate) fn answer_room_until(
                 }
             }
         };
-        (caller, resumes, ended)
+        (caller, resumes, ignored, ended)
     });
     let mut room_observer = RoomObserver {
         inner: &mut *observer,
@@ -379,7 +414,7 @@ pub(crate) fn answer_room_until(
     let _ = answered_tx.send(true);
     drop(room_observer);
     drop(announce);
-    let (caller, signal_resumes, ended) = runtime
+    let (caller, signal_resumes, ignored_tracks, ended) = runtime
         .block_on(listener)
         .map_err(|e| anyhow!("the room listener failed: {e}"))?;
     observer.call_ended(&match &turns {
@@ -394,6 +429,7 @@ pub(crate) fn answer_room_until(
         caller,
         turns: turns?,
         signal_resumes,
+        ignored_tracks,
         ended,
     })
 }

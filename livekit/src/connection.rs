@@ -13,11 +13,13 @@ use livekit_signaling::{SignalClient, SignalError, SignalEvent, SignalOptions};
 use prost::Message as _;
 use proto::signal_request::Message as Request;
 use proto::signal_response::Message as Reply;
+use rtc::rtp_transceiver::rtp_sender::RtpCodecKind;
 use sublet_audio::StreamResampler;
 use tokio::sync::{mpsc, oneshot};
 use webrtc::data_channel::DataChannel;
 use webrtc::media_stream::track_remote::{TrackRemote, TrackRemoteEvent};
 
+use super::hearing::{self, ArrivingTrack, Hearing, Pace, TrackIgnored};
 use super::participants;
 use super::peer::{media_ip, Peer};
 use super::publish::AudioPublisher;
@@ -46,6 +48,11 @@ pub enum RoomEvent {
     MicrophoneMuted {
         identity: String,
         muted: bool,
+    },
+    /// A track a participant published that the agent does not decode, and why.
+    TrackIgnored {
+        identity: String,
+        reason: TrackIgnored,
     },
     /// The signal connection dropped and was resumed; media flowed on meanwhile.
     Resumed {
@@ -80,6 +87,12 @@ pub struct RoomConnection {
 }
 
 type Names = Arc<Mutex<HashMap<String, String>>>;
+/// What the server said of each track published in the room, by track sid.
+type TrackInfos = Arc<Mutex<HashMap<String, proto::TrackInfo>>>;
+
+/// A track's audio may run this far ahead of real time (a burst after a network stall)
+/// before its packets are dropped: one second at Opus's clock.
+const PACE_BURST: usize = OPUS_RATE as usize;
 
 /// Replies the agent waits for: the server's answer to a publisher offer, and the
 /// `TrackPublished` for each track it asked to publish (by its client id).
@@ -118,6 +131,8 @@ impl RoomConnection {
             .participant
             .context("the join response names no participant")?;
         let room_name = join.room.map(|r| r.name).unwrap_or_default();
+        let track_infos: TrackInfos = Arc::new(Mutex::new(HashMap::new()));
+        remember_tracks(&track_infos, &join.other_participants);
         let names: Names = Arc::new(Mutex::new(
             join.other_participants
                 .into_iter()
@@ -148,7 +163,7 @@ impl RoomConnection {
             peers,
             events,
             tracks,
-            names,
+            (names, track_infos),
             room_events,
         ));
         Ok((
@@ -309,14 +324,15 @@ async fn run(
     peers: Peers,
     mut events: livekit_signaling::SignalEvents,
     mut tracks: mpsc::UnboundedReceiver<Arc<dyn TrackRemote>>,
-    names: Names,
+    (names, track_infos): (Names, TrackInfos),
     room_events: mpsc::UnboundedSender<RoomEvent>,
 ) {
+    let hearing = Arc::new(Mutex::new(Hearing::default()));
     let reason = loop {
         tokio::select! {
             event = events.recv() => match event {
                 Some(SignalEvent::Message(message)) => {
-                    if let Err(e) = handle(&signal, &peers, *message, &names, &room_events).await {
+                    if let Err(e) = handle(&signal, &peers, *message, (&names, &track_infos), &room_events).await {
                         break format!("{e:#}");
                     }
                 }
@@ -347,7 +363,19 @@ async fn run(
                     let stream = track.stream_id().await;
                     let sid = stream.split('|').next().unwrap_or_default().to_owned();
                     let identity = lock(&names).get(&sid).cloned().unwrap_or(sid);
-                    tokio::spawn(decode(track, identity, room_events.clone()));
+                    let track_id = track.track_id().await;
+                    let audio = track.kind().await == RtpCodecKind::Audio;
+                    let info = lock(&track_infos).get(&track_id).cloned();
+                    let arriving = ArrivingTrack { identity: &identity, audio, info: info.as_ref() };
+                    let admitted = lock(&hearing).admit(arriving);
+                    match admitted {
+                        Ok(()) => {
+                            tokio::spawn(decode(track, identity, hearing.clone(), room_events.clone()));
+                        }
+                        Err(reason) => {
+                            let _ = room_events.send(RoomEvent::TrackIgnored { identity, reason });
+                        }
+                    }
                 }
             }
         }
@@ -359,7 +387,7 @@ async fn handle(
     signal: &SignalClient,
     peers: &Peers,
     message: Reply,
-    names: &Names,
+    (names, track_infos): (&Names, &TrackInfos),
     room_events: &mpsc::UnboundedSender<RoomEvent>,
 ) -> Result<()> {
     match message {
@@ -393,6 +421,7 @@ async fn handle(
             }
         }
         Reply::Update(update) => {
+            remember_tracks(track_infos, &update.participants);
             for event in participants::on_update(&mut lock(names), update) {
                 let _ = room_events.send(event);
             }
@@ -406,6 +435,14 @@ async fn handle(
         _ => {}
     }
     Ok(())
+}
+
+/// Keeps what the server says of the tracks `participants` publish.
+fn remember_tracks(track_infos: &TrackInfos, participants: &[proto::ParticipantInfo]) {
+    let mut infos = lock(track_infos);
+    for track in participants.iter().flat_map(|p| &p.tracks) {
+        infos.insert(track.sid.clone(), track.clone());
+    }
 }
 
 async fn send_attributes(signal: &SignalClient, attributes: HashMap<String, String>) {
@@ -477,23 +514,57 @@ async fn resume(signal: &SignalClient, peers: &Peers) -> Result<u32> {
     ))
 }
 
-/// Decodes one remote audio track to 16 kHz pieces until it ends.
+/// Decodes one remote audio track to 16 kHz pieces until it ends, no faster than real
+/// time; a track whose packets turn out not to be Opus is ignored from its first packet.
 async fn decode(
     track: Arc<dyn TrackRemote>,
     identity: String,
+    hearing: Arc<Mutex<Hearing>>,
     room_events: mpsc::UnboundedSender<RoomEvent>,
+) {
+    decode_until_ended(&*track, &identity, &room_events).await;
+    lock(&hearing).ended(&identity);
+}
+
+async fn decode_until_ended(
+    track: &dyn TrackRemote,
+    identity: &str,
+    room_events: &mpsc::UnboundedSender<RoomEvent>,
 ) {
     let Ok(mut decoder) = opus::Decoder::new(OPUS_RATE, opus::Channels::Mono) else {
         return;
     };
     let mut resampler = StreamResampler::new(OPUS_RATE, PIPELINE_RATE);
+    let mut pace = Pace::new(OPUS_RATE, PACE_BURST);
+    let mut codec_checked = false;
+    let mut dropped = 0u64;
     // The longest Opus packet: 120 ms at 48 kHz.
     let mut pcm = vec![0f32; 5760];
     while let Some(event) = track.poll().await {
         let TrackRemoteEvent::OnRtpPacket(packet) = event else {
             continue;
         };
+        if !codec_checked {
+            codec_checked = true;
+            let mime = track.codec(packet.header.ssrc).await.map(|c| c.mime_type);
+            if let Some(mime) = mime.filter(|m| !hearing::is_opus(m)) {
+                let reason = TrackIgnored::NotOpus(mime);
+                let identity = identity.to_owned();
+                let _ = room_events.send(RoomEvent::TrackIgnored { identity, reason });
+                return;
+            }
+        }
         if packet.payload.is_empty() {
+            continue;
+        }
+        let samples = opus::packet::get_nb_samples(&packet.payload, OPUS_RATE).unwrap_or(0);
+        if !pace.take(std::time::Instant::now(), samples) {
+            dropped += 1;
+            if dropped == 1 {
+                tracing::warn!(
+                    "room: {identity} sends audio faster than real time; the excess is dropped"
+                );
+            }
             continue;
         }
         let Ok(n) = decoder.decode_float(&packet.payload, &mut pcm, false) else {
@@ -503,7 +574,7 @@ async fn decode(
         if !samples.is_empty()
             && room_events
                 .send(RoomEvent::Audio {
-                    identity: identity.clone(),
+                    identity: identity.to_owned(),
                     samples,
                 })
                 .is_err()

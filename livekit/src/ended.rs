@@ -20,6 +20,10 @@ pub enum CallEnd {
     /// The caller's audio stopped arriving for this long while they stayed in the room
     /// unmuted (`CallOptions::media_timeout`).
     MediaStopped(Duration),
+    /// The caller's microphone stayed muted this long (`CallOptions::muted_timeout`).
+    MutedTooLong(Duration),
+    /// The call reached its longest (`CallOptions::max_length`).
+    TooLong(Duration),
     /// The room's connection ended: the server's reason, or no reason when its events
     /// stopped.
     SignalLost { reason: Option<String> },
@@ -47,6 +51,12 @@ impl fmt::Display for CallEnd {
             }
             CallEnd::MediaStopped(after) => {
                 write!(f, "the caller's audio stopped for {} s", after.as_secs())
+            }
+            CallEnd::MutedTooLong(after) => {
+                write!(f, "the caller stayed muted for {} s", after.as_secs())
+            }
+            CallEnd::TooLong(after) => {
+                write!(f, "the call reached its longest, {} s", after.as_secs())
             }
             CallEnd::SignalLost {
                 reason: Some(reason),

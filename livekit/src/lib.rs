@@ -6,6 +6,8 @@
 //!   agent's own access tokens;
 //! - `connection.rs`: joining a room and hearing each participant's microphone at 16 kHz;
 //! - `participants.rs`: who joined, left or muted, from the server's updates;
+//! - `hearing.rs`: which tracks are decoded (each participant's Opus microphone, a few at
+//!   a time), no faster than real time;
 //! - `publish.rs`: the agent's voice, as Opus packets on its microphone track;
 //! - `call.rs`: one call in a room, through the voice pipeline;
 //! - `worker.rs`: the agent as a LiveKit agent worker, taking calls as the server assigns them;
@@ -19,6 +21,7 @@
 mod call;
 mod connection;
 mod ended;
+mod hearing;
 mod participants;
 pub mod peer;
 mod publish;
@@ -28,6 +31,7 @@ mod worker;
 pub use call::{CallOptions, RoomCall, AGENT_STATE, TRANSCRIPTION_TOPIC, TURN_TOPIC};
 pub use connection::{RoomConnection, RoomEvent};
 pub use ended::{CallEnd, WorkerEnd};
+pub use hearing::{TrackIgnored, MOST_HEARD};
 pub use publish::AudioPublisher;
 pub use token::{agent_grants, LiveKitCredentials};
 pub use worker::{JobReport, WorkerOptions, WorkerReport};

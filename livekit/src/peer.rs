@@ -132,6 +132,16 @@ fn opus() -> RTCRtpCodec {
     }
 }
 
+fn vp8() -> RTCRtpCodec {
+    RTCRtpCodec {
+        mime_type: MIME_TYPE_VP8.to_owned(),
+        clock_rate: 90000,
+        channels: 0,
+        sdp_fmtp_line: String::new(),
+        rtcp_feedback: vec![],
+    }
+}
+
 fn codecs() -> Result<MediaEngine> {
     let mut media = MediaEngine::default();
     let opus = RTCRtpCodecParameters {
@@ -139,13 +149,7 @@ fn codecs() -> Result<MediaEngine> {
         payload_type: 111,
     };
     let vp8 = RTCRtpCodecParameters {
-        rtp_codec: RTCRtpCodec {
-            mime_type: MIME_TYPE_VP8.to_owned(),
-            clock_rate: 90000,
-            channels: 0,
-            sdp_fmtp_line: String::new(),
-            rtcp_feedback: vec![],
-        },
+        rtp_codec: vp8(),
         payload_type: 96,
     };
     media.register_codec(opus, RtpCodecKind::Audio)?;
@@ -214,19 +218,40 @@ impl Peer {
         stream_id: &str,
         track_id: &str,
     ) -> Result<Arc<OutputTrack>> {
+        self.add_track(stream_id, track_id, RtpCodecKind::Audio, opus())
+            .await
+    }
+
+    /// Adds a VP8 track this connection will send (the test server forwards video).
+    pub async fn add_video_track(
+        &self,
+        stream_id: &str,
+        track_id: &str,
+    ) -> Result<Arc<OutputTrack>> {
+        self.add_track(stream_id, track_id, RtpCodecKind::Video, vp8())
+            .await
+    }
+
+    async fn add_track(
+        &self,
+        stream_id: &str,
+        track_id: &str,
+        kind: RtpCodecKind,
+        codec: RTCRtpCodec,
+    ) -> Result<Arc<OutputTrack>> {
         static NEXT_SSRC: AtomicU32 = AtomicU32::new(0x5b1e_0001);
         let ssrc = NEXT_SSRC.fetch_add(1, Ordering::Relaxed);
         let track = Arc::new(TrackLocalStaticRTP::new(MediaStreamTrack::new(
             stream_id.to_owned(),
             track_id.to_owned(),
             track_id.to_owned(),
-            RtpCodecKind::Audio,
+            kind,
             vec![RTCRtpEncodingParameters {
                 rtp_coding_parameters: RTCRtpCodingParameters {
                     ssrc: Some(ssrc),
                     ..Default::default()
                 },
-                codec: opus(),
+                codec,
                 ..Default::default()
             }],
         )));

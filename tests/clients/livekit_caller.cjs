@@ -1,15 +1,18 @@
 // A caller on LiveKit's official Node SDK (@livekit/rtc-node, LiveKit's own WebRTC).
 // Usage: node livekit_caller.cjs URL TOKEN [--publish-tone SECONDS] [--publish-wav PATH]
+//                                          [--publish-video SECONDS]
 //                                          [--listen SECONDS] [--record PATH]
 // Joins the room, optionally publishes a 440 Hz tone or a 16-bit mono WAV file (in real
-// time) as its microphone and listens to the audio tracks it is sent (recording the
+// time) as its microphone, optionally a camera (VP8, a moving grey picture) before it,
+// and listens to the audio tracks it is sent (recording the
 // first to a 48 kHz WAV file with --record), reports what it sees as JSON lines on
 // stdout, then leaves. While a WAV file plays, each start of loud audio heard after
 // 300 ms of quiet is reported as an `onset` at the WAV's time (`at_s`): the caller's
 // side of voice to voice for each of the file's turns.
 const {
-  AudioFrame, AudioSource, AudioStream, LocalAudioTrack, Room, RoomEvent,
-  TrackPublishOptions, TrackSource, dispose,
+  AudioFrame, AudioSource, AudioStream, LocalAudioTrack, LocalVideoTrack, Room, RoomEvent,
+  TrackPublishOptions, TrackSource, VideoBufferType, VideoCodec, VideoFrame, VideoSource,
+  dispose,
 } = require('@livekit/rtc-node');
 
 const fs = require('fs');
@@ -37,6 +40,23 @@ async function publishMicrophone(room, rate) {
     track, new TrackPublishOptions({ source: TrackSource.SOURCE_MICROPHONE }));
   report('published', { track_sid: publication.sid });
   return source;
+}
+
+// Publishes a camera track and sends 10 frames a second into it for `seconds`.
+async function publishVideo(room, seconds) {
+  const [width, height] = [160, 120];
+  const source = new VideoSource(width, height);
+  const track = LocalVideoTrack.createVideoTrack('camera', source);
+  const publication = await room.localParticipant.publishTrack(track, new TrackPublishOptions({
+    source: TrackSource.SOURCE_CAMERA, simulcast: false, videoCodec: VideoCodec.VP8,
+  }));
+  report('published_video', { track_sid: publication.sid });
+  const frame = new Uint8Array(width * height * 4);
+  for (let n = 0; n < seconds * 10; n++) {
+    frame.fill((n * 16) % 256);
+    source.captureFrame(new VideoFrame(frame, width, height, VideoBufferType.RGBA));
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
 }
 
 // Sends `samples` (Int16Array at `rate`) in 10 ms frames, paced by the source.
@@ -179,7 +199,14 @@ async function main() {
   const listenFor = option('--listen');
   const tone = option('--publish-tone');
   const wav = text('--publish-wav');
+  const video = option('--publish-video');
   const waits = [];
+  if (video > 0) {
+    const sending = publishVideo(room, video);
+    // The camera first, so that the agent sees it before any microphone.
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+    waits.push(sending);
+  }
   if (tone > 0) waits.push(publishTone(room, tone));
   if (wav) waits.push(publishWav(room, wav, Date.now() + listenFor * 1000, heard));
   if (listenFor > 0) waits.push(new Promise((resolve) => setTimeout(resolve, listenFor * 1000)));

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use sublet_agent::{AgentConfig, Quiet, VoiceAgent};
 use sublet_audio::read_wav;
-use sublet_livekit::{CallEnd, CallOptions, LiveKitAgent};
+use sublet_livekit::{CallEnd, CallOptions, LiveKitAgent, TrackIgnored};
 use sublet_livekit_testserver::TestServer;
 use sublet_models::ModelCache;
 use sublet_stt::{word_error_rate, Transcriber};
@@ -171,7 +171,52 @@ fn answer_a_call(room: &'static str, drop_signal_at: Option<Duration>) {
 
 #[test]
 fn a_caller_whose_audio_stops_while_they_stay_in_the_room_is_hung_up() {
-    let room = "call-9";
+    let options = CallOptions {
+        media_timeout: Some(Duration::from_secs(3)),
+        ..CallOptions::default()
+    };
+    let call = hung_up_after(
+        "call-9",
+        &options,
+        &[],
+        |server, room| server.stop_media(room, "caller"),
+        "the caller's audio stopped for 3 s",
+    );
+    assert_eq!(call.ended, CallEnd::MediaStopped(Duration::from_secs(3)));
+}
+
+#[test]
+fn a_muted_caller_is_hung_up_and_their_camera_never_heard() {
+    let options = CallOptions {
+        muted_timeout: Some(Duration::from_secs(3)),
+        ..CallOptions::default()
+    };
+    let call = hung_up_after(
+        "call-10",
+        &options,
+        &["--publish-video", "20"],
+        |server, room| server.mute_audio(room, "caller"),
+        "the caller stayed muted for 3 s",
+    );
+    assert_eq!(call.ended, CallEnd::MutedTooLong(Duration::from_secs(3)));
+    // The caller's VP8 camera arrived first and was not fed to the Opus decoder.
+    assert_eq!(
+        call.ignored_tracks,
+        vec![("caller".to_owned(), TrackIgnored::Video)]
+    );
+}
+
+/// A caller asks one question (with `caller_options` for their client), then keeps an open
+/// microphone until 30 s after joining; 15 s after the agent joined the server does
+/// `fault` to them. The agent must answer, then hang up about 3 s after the fault, long
+/// before the caller leaves, saying `reason` to the call's observer.
+fn hung_up_after(
+    room: &'static str,
+    options: &CallOptions,
+    caller_options: &'static [&'static str],
+    fault: impl FnOnce(&TestServer, &str) -> bool + Send,
+    reason: &str,
+) -> sublet_livekit::RoomCall {
     let cache = ModelCache::from_env();
     let dir = std::env::temp_dir().join(format!("sublet-{room}-{}", std::process::id()));
     let question_wav = recorded_question(&cache, &dir);
@@ -181,38 +226,30 @@ fn a_caller_whose_audio_stops_while_they_stay_in_the_room_is_hung_up() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let url = server.url.clone();
     let q = question_wav.clone();
-    // The caller asks, then keeps an open microphone until 30 s after joining: its client
-    // sends silence all that time, so only the broken media path stops the agent hearing
-    // it.
+    // Its client sends silence all the while, so only the fault stops the agent hearing it.
     let caller = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_secs(2));
         let token = room_token(KEY, SECRET, "caller", room, Duration::from_secs(600));
-        livekit_caller(
-            &url,
-            &token,
-            &["--publish-wav", q.to_str().unwrap(), "--listen", "30"],
-        )
+        let mut args = vec!["--publish-wav", q.to_str().unwrap(), "--listen", "30"];
+        args.extend_from_slice(caller_options);
+        livekit_caller(&url, &token, &args)
     });
     let token = credentials.agent_token(room, "sublet-agent").unwrap();
-    let options = CallOptions {
-        media_timeout: Some(Duration::from_secs(3)),
-        ..CallOptions::default()
-    };
     let joined = std::time::Instant::now();
-    let stop_media_after = Duration::from_secs(15);
+    let fault_after = Duration::from_secs(15);
     let mut end_seen = EndSeen(None);
     let call = std::thread::scope(|scope| {
         let server = &server;
         scope.spawn(move || {
-            std::thread::sleep(stop_media_after);
-            assert!(server.stop_media(room, "caller"));
+            std::thread::sleep(fault_after);
+            assert!(fault(server, room));
         });
         agent
             .answer_room(
                 runtime.handle(),
                 &credentials.url,
                 &token,
-                &options,
+                options,
                 &mut end_seen,
             )
             .unwrap()
@@ -220,26 +257,19 @@ fn a_caller_whose_audio_stops_while_they_stay_in_the_room_is_hung_up() {
     let ended_after = joined.elapsed();
     let _ = caller.join();
     let _ = std::fs::remove_dir_all(&dir);
-    assert_eq!(
-        call.ended,
-        CallEnd::MediaStopped(Duration::from_secs(3)),
-        "{}",
-        call.ended
-    );
-    // Hung up about 3 s after the media stopped (the agent's playout may run on a little),
-    // long before the caller left.
+    // Hung up about 3 s after the fault (the agent's playout may run on a little), long
+    // before the caller left.
     assert!(
-        ended_after >= stop_media_after + Duration::from_secs(3)
-            && ended_after < stop_media_after + Duration::from_secs(10),
-        "{ended_after:?}"
+        ended_after >= fault_after + Duration::from_secs(3)
+            && ended_after < fault_after + Duration::from_secs(10),
+        "{ended_after:?}: {}",
+        call.ended
     );
     assert_eq!(call.turns.len(), 1, "{:?}", call.turns);
     assert!(call.turns[0].outcome.answered(), "{:?}", call.turns[0]);
     // The call's observer (its record, in `room` and `worker`) was told why it ended.
-    assert_eq!(
-        end_seen.0.as_deref(),
-        Some("the caller's audio stopped for 3 s")
-    );
+    assert_eq!(end_seen.0.as_deref(), Some(reason));
+    call
 }
 
 /// Keeps the reason a call ended.

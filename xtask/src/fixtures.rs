@@ -159,6 +159,7 @@ fn join_parts(cache: &ModelCache, fixture: &Fixture, out: &Path) -> Result<()> {
             member,
             file: fixture.file,
             sha256: "",
+            checked_at_start: false,
         };
         let archive = match std::fs::read_dir(&staging)?
             .filter_map(|e| e.ok().map(|e| e.path()))

@@ -113,6 +113,16 @@ impl TestServer {
         participant.is_some()
     }
 
+    /// Mutes the microphone `identity` publishes in `room` from the server's side (LiveKit's
+    /// `MutePublishedTrack`); `false` if nobody by that name is there.
+    pub fn mute_audio(&self, room: &str, identity: &str) -> bool {
+        let participant = self.state.participant(room, |p| p.identity == identity);
+        if let Some(participant) = &participant {
+            participant::mute_audio(&self.state, room, participant);
+        }
+        participant.is_some()
+    }
+
     /// Drops every connected worker's connection without a word, as a failing network
     /// would; returns how many there were.
     pub fn drop_workers(&self) -> usize {

@@ -79,6 +79,26 @@ impl Participant {
     }
 }
 
+/// Mutes every audio track `me` publishes in `room`, as LiveKit's `MutePublishedTrack`
+/// does: its packets stop and everyone else is told it is muted.
+pub fn mute_audio(state: &ServerState, room: &str, me: &Participant) {
+    let info = {
+        let mut info = lock(&me.info);
+        let audio = proto::TrackType::Audio as i32;
+        for track in info.tracks.iter_mut().filter(|t| t.r#type == audio) {
+            track.muted = true;
+        }
+        info.version += 1;
+        info.clone()
+    };
+    me.stop_media();
+    for other in others(state, room, &info.sid) {
+        other.send(Reply::Update(proto::ParticipantUpdate {
+            participants: vec![info.clone()],
+        }));
+    }
+}
+
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -375,7 +395,11 @@ async fn handle(
                 muted: add.muted,
                 disable_red: add.disable_red,
                 stream: add.stream.clone(),
-                mime_type: "audio/opus".into(),
+                mime_type: if add.r#type == proto::TrackType::Video as i32 {
+                    "video/vp8".into()
+                } else {
+                    "audio/opus".into()
+                },
                 ..Default::default()
             };
             lock(&me.pending).push((add.cid.clone(), track.clone()));
@@ -531,10 +555,18 @@ fn subscribe(
             participants: vec![publisher.clone()],
         }));
         let result = async {
-            let output = subscriber
-                .subscriber
-                .add_audio_track(&format!("{}|{}", publisher.sid, track.sid), &track.sid)
-                .await?;
+            let stream = format!("{}|{}", publisher.sid, track.sid);
+            let output = if track.r#type == proto::TrackType::Video as i32 {
+                subscriber
+                    .subscriber
+                    .add_video_track(&stream, &track.sid)
+                    .await?
+            } else {
+                subscriber
+                    .subscriber
+                    .add_audio_track(&stream, &track.sid)
+                    .await?
+            };
             lock(&outputs).push(output);
             let offer = subscriber.subscriber.offer().await?;
             let (answer_tx, answer_rx) = oneshot::channel();
