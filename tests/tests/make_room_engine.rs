@@ -358,6 +358,55 @@ fn a_turn_whose_reader_left_mid_reply_leaves_its_kv_to_the_next_turn() {
     );
 }
 
+#[test]
+fn an_agents_prompt_serves_no_call_from_the_prefix_cache_but_a_calls_serves_calls() {
+    // One engine serves calls and the API. A client that times its requests must not learn
+    // whether a call's prompt (the persona, a caller's words) is cached, so the prefix
+    // cache serves each kind only its own kind's prompts (mistral.rs patch 37); calls still
+    // share theirs, the persona first of all.
+    let cache = ModelCache::from_env();
+    let engine = Engine::load(&EngineConfig {
+        make_room: Some(PolicyConfig::default()),
+        ..EngineConfig::from_cache(&cache).unwrap()
+    })
+    .unwrap();
+    let messages = vec![
+        Message::new(
+            Role::System,
+            "You are the voice agent of the Harbour Hotel. Keep replies short and kind.",
+        ),
+        Message::new(
+            Role::User,
+            "I would like to book a double room for two nights from the fourth of May.",
+        ),
+    ];
+    let prompt = engine
+        .prompt_tokens(&Prompt::Chat(messages.clone()))
+        .unwrap();
+    // An agent's request with the very prompt a call is about to send.
+    let request = ChatRequest::new(messages.clone(), 2);
+    engine.chat(request).unwrap().collect_blocking().unwrap();
+    wait_until_idle(&engine);
+    let turn_cached = |call: u64| {
+        let before = engine.scheduler_state().counters;
+        let request = ChatRequest {
+            priority: VOICE_PRIORITY,
+            session: Some(call),
+            ..ChatRequest::new(messages.clone(), 2)
+        };
+        engine.chat(request).unwrap().collect_blocking().unwrap();
+        wait_until_idle(&engine);
+        let after = engine.scheduler_state().counters;
+        after.turn_cached_tokens - before.turn_cached_tokens
+    };
+    assert_eq!(turn_cached(11), 0, "the agent's prompt served a call");
+    let cached = turn_cached(12) as usize;
+    assert!(
+        cached + 1 >= prompt,
+        "another call found {cached} of the first call's {prompt} prompt tokens"
+    );
+}
+
 /// Waits (at most 10 s) until the scheduler holds no request: a reply's stream can end
 /// before its request leaves the scheduler.
 fn wait_until_idle(engine: &Engine) {

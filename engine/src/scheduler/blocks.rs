@@ -17,17 +17,32 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use mistralrs_core::{compute_block_hashes, compute_new_block_hashes, BlockHash, KVCacheManager};
+use mistralrs_core::{
+    compute_block_hashes, compute_new_block_hashes, BlockHash, ExtraHashKey, KVCacheManager,
+};
 
 /// A sequence, as mistral.rs numbers it.
 pub(crate) type SeqId = usize;
+
+/// What a call's blocks hash with, and the API's requests' do not: the prefix cache then
+/// serves each kind only its own kind's prompts, so a client of the API that times its
+/// requests cannot learn whether a call's prompt is cached (as mistralrs-core patch 37
+/// does for the CPU's cache).
+fn kind_keys(call: bool) -> Vec<ExtraHashKey> {
+    if call {
+        vec![ExtraHashKey::CacheSalt("sublet-call".into())]
+    } else {
+        Vec::new()
+    }
+}
 
 /// The pool's bookkeeping for make-room.
 pub(crate) struct PagedKv {
     manager: Arc<tokio::sync::Mutex<KVCacheManager>>,
     block_size: usize,
-    /// The hashes of each live sequence's full blocks, extended as it grows.
-    hashes: HashMap<SeqId, Vec<BlockHash>>,
+    /// The hashes of each live sequence's full blocks, extended as it grows, and whether
+    /// it is a call's.
+    hashes: HashMap<SeqId, (Vec<BlockHash>, bool)>,
     /// Finished turns whose blocks are still held, by call: the sequence that held them.
     retained: HashMap<u64, SeqId>,
 }
@@ -61,10 +76,10 @@ impl PagedKv {
         self.manager().num_free_blocks()
     }
 
-    /// Tokens of `tokens` the prefix cache holds now (whole blocks, never the last token),
-    /// taking nothing: what an admission would reload.
-    pub fn cached_tokens(&self, tokens: &[u32]) -> usize {
-        let hashes = compute_block_hashes(tokens, self.block_size, &[], &[]);
+    /// Tokens of `tokens` the prefix cache holds now for a call's sequence or another's
+    /// (whole blocks, never the last token), taking nothing: what an admission would reload.
+    pub fn cached_tokens(&self, tokens: &[u32], call: bool) -> usize {
+        let hashes = compute_block_hashes(tokens, self.block_size, &[], &kind_keys(call));
         self.manager()
             .get_computed_blocks(&hashes, tokens.len())
             .num_computed_tokens
@@ -74,14 +89,14 @@ impl PagedKv {
     /// the tokens already computed (whole blocks), or `None` (nothing taken) if the pool
     /// cannot hold them. The blocks for what it computes next come with [`Self::grow`],
     /// chunk by chunk, as make-room's plan gives it tokens.
-    pub fn admit(&mut self, id: SeqId, tokens: &[u32]) -> Option<usize> {
-        let hashes = compute_block_hashes(tokens, self.block_size, &[], &[]);
+    pub fn admit(&mut self, id: SeqId, tokens: &[u32], call: bool) -> Option<usize> {
+        let hashes = compute_block_hashes(tokens, self.block_size, &[], &kind_keys(call));
         let mut manager = lock_pool(&self.manager);
         // Empty when prefix caching is off.
         let computed = manager.get_computed_blocks(&hashes, tokens.len());
         manager.allocate_slots(id, computed.num_computed_tokens, &computed.block_ids)?;
         drop(manager);
-        self.hashes.insert(id, hashes);
+        self.hashes.insert(id, (hashes, call));
         Some(computed.num_computed_tokens)
     }
 
@@ -103,8 +118,9 @@ impl PagedKv {
         let mut manager = lock_pool(&self.manager);
         let held = manager.num_blocks_for_request(id) * self.block_size;
         let tokens = &tokens[..tokens.len().min(held)];
-        let hashes = self.hashes.entry(id).or_default();
-        let new = compute_new_block_hashes(tokens, self.block_size, hashes, &[], &[]);
+        let (hashes, call) = self.hashes.entry(id).or_default();
+        let keys = kind_keys(*call);
+        let new = compute_new_block_hashes(tokens, self.block_size, hashes, &[], &keys);
         hashes.extend(new);
         manager.cache_blocks(id, hashes, tokens.len());
     }

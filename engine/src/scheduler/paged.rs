@@ -47,6 +47,8 @@ pub(crate) trait PagedSeq {
     fn stopped(&self) -> bool;
     /// Its last pass failed: the KV that pass was to write is not to be trusted.
     fn failed(&self) -> bool;
+    /// Whether it is a call's (it names a session): its blocks hash apart from the API's.
+    fn is_call(&self) -> bool;
     /// Waiting for (re)admission, holding no blocks.
     fn set_waiting(&self);
     /// The next pass computes prompt tokens `start..end` over the KV of `..start`.
@@ -143,7 +145,7 @@ impl<S: PagedSeq> PagedSteps<S> {
     ) -> Result<(), Refused> {
         let tokens = seq.tokens();
         let mut request = request_of(key(seq.id()), priority, session, tokens.len(), max_new);
-        request.cached = self.kv.cached_tokens(&tokens);
+        request.cached = self.kv.cached_tokens(&tokens, session.is_some());
         request.cached_exact = true;
         let withdrawn_hints = self.planner.add(request)?;
         // Dropping a withdrawn hint's sequence ends its stream.
@@ -278,7 +280,7 @@ impl<S: PagedSeq> PagedSteps<S> {
             self.kv.trim(seq.id(), written);
         }
         for seq in &self.waiting {
-            let cached = self.kv.cached_tokens(&seq.tokens());
+            let cached = self.kv.cached_tokens(&seq.tokens(), seq.is_call());
             self.planner.set_cached(key(seq.id()), cached);
         }
         let mut plan = self.planner.plan();
@@ -300,7 +302,8 @@ impl<S: PagedSeq> PagedSteps<S> {
                 continue;
             };
             let seq = self.waiting.swap_remove(i);
-            let reloaded = self.kv.admit(seq.id(), &seq.tokens()).unwrap_or(0);
+            let call = seq.is_call();
+            let reloaded = self.kv.admit(seq.id(), &seq.tokens(), call).unwrap_or(0);
             let planned = self.planner.policy().request(*id).map_or(0, |r| r.computed);
             if reloaded < planned {
                 self.planner.reloaded(*id, reloaded);
@@ -364,6 +367,10 @@ impl PagedSeq for EngineSeq {
 
     fn failed(&self) -> bool {
         matches!(lock(&self.0).getstate(), SequenceState::Error)
+    }
+
+    fn is_call(&self) -> bool {
+        lock(&self.0).session().is_some()
     }
 
     fn set_waiting(&self) {

@@ -28,8 +28,9 @@ pub(super) fn check(headers: &HeaderMap, allowed: &[String]) -> Result<(), ApiEr
     ))
 }
 
-/// The name part of a `Host` value: without its port, an IPv6 address without brackets.
-fn name_of(host: &str) -> &str {
+/// The name part of a `Host` value: without its port, an IPv6 address without brackets
+/// (the live page's own Host rule reads names the same way).
+pub fn name_of(host: &str) -> &str {
     if let Some(rest) = host.strip_prefix('[') {
         return rest.split(']').next().unwrap_or("");
     }

@@ -40,6 +40,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::{Engine, EngineError, StreamEvent};
 pub use connections::{serve, ConnectionLimits};
+pub use host::name_of as host_name;
 pub use metrics::Metrics;
 pub use openai::Limits;
 use openai::{Answer, Api, ApiError, Parsed};

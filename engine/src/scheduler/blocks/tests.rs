@@ -45,14 +45,14 @@ fn assert_accounted(kv: &PagedKv, holders: impl IntoIterator<Item = SeqId>) {
 fn a_preempted_sequence_finds_its_full_blocks_when_readmitted() {
     let mut kv = pool(32);
     let tokens = prompt(1, 0, 100);
-    assert_eq!(kv.admit(1, &tokens), Some(0));
+    assert_eq!(kv.admit(1, &tokens, false), Some(0));
     assert_eq!(kv.blocks_of(1), 0, "blocks come as the prompt is computed");
     assert!(kv.grow(1, 100));
     assert_eq!(kv.blocks_of(1), 7);
     kv.release(1, &tokens);
     assert_accounted(&kv, []);
     // Six full blocks of 16 are cached; the last token is always recomputed.
-    assert_eq!(kv.admit(1, &tokens), Some(96));
+    assert_eq!(kv.admit(1, &tokens, false), Some(96));
     assert_eq!(kv.blocks_of(1), 6);
     kv.release(1, &tokens);
     assert_accounted(&kv, []);
@@ -62,14 +62,14 @@ fn a_preempted_sequence_finds_its_full_blocks_when_readmitted() {
 fn a_retained_turn_is_found_by_the_calls_next_turn_and_freed_once() {
     let mut kv = pool(32);
     let turn = prompt(1, 0, 70);
-    kv.admit(1, &turn).unwrap();
+    kv.admit(1, &turn, true).unwrap();
     assert!(kv.grow(1, 70));
     kv.retain(9, 1, &turn);
     assert_accounted(&kv, [1]);
     let mut next = turn.clone();
     next.extend(500..540);
     assert_eq!(
-        kv.admit(2, &next),
+        kv.admit(2, &next, true),
         Some(64),
         "four full blocks of the last turn"
     );
@@ -82,15 +82,39 @@ fn a_retained_turn_is_found_by_the_calls_next_turn_and_freed_once() {
 }
 
 #[test]
+fn a_calls_blocks_serve_calls_only_and_an_api_requests_api_requests_only() {
+    let mut kv = pool(32);
+    let tokens = prompt(1, 0, 70);
+    for (id, call) in [(1, true), (2, false)] {
+        kv.admit(id, &tokens, call).unwrap();
+        assert!(kv.grow(id, 70));
+        kv.release(id, &tokens);
+    }
+    // Each kind finds its own four full blocks, never the other's.
+    for call in [true, false] {
+        assert_eq!(kv.cached_tokens(&tokens, call), 64, "call {call}");
+    }
+    // An API request with a call's prompt, after only the call ran: nothing.
+    let mut kv = pool(32);
+    kv.admit(1, &tokens, true).unwrap();
+    assert!(kv.grow(1, 70));
+    kv.release(1, &tokens);
+    assert_eq!(kv.cached_tokens(&tokens, false), 0);
+    assert_eq!(kv.admit(2, &tokens, false), Some(0));
+    kv.release(2, &[]);
+    assert_accounted(&kv, []);
+}
+
+#[test]
 fn a_prompt_the_pool_cannot_hold_takes_nothing() {
     let mut kv = pool(8);
     assert_eq!(kv.capacity_tokens(), 7 * BLOCK);
-    assert_eq!(kv.admit(1, &prompt(1, 0, 8 * BLOCK)), Some(0));
+    assert_eq!(kv.admit(1, &prompt(1, 0, 8 * BLOCK), false), Some(0));
     assert!(!kv.grow(1, 8 * BLOCK), "no eight blocks");
     assert_eq!(kv.blocks_of(1), 0, "a refused growth takes nothing");
     kv.release(1, &[]);
     assert_eq!(kv.free_blocks(), 7);
-    assert_eq!(kv.admit(2, &prompt(2, 0, 3 * BLOCK)), Some(0));
+    assert_eq!(kv.admit(2, &prompt(2, 0, 3 * BLOCK), false), Some(0));
     assert!(kv.grow(2, 7 * BLOCK));
     assert!(!kv.grow(2, 7 * BLOCK + 1), "no eighth block");
     assert_eq!(kv.blocks_of(2), 7);
@@ -153,7 +177,7 @@ proptest! {
                     if !live.contains_key(&id) && !retained.values().any(|r| *r == id) =>
                 {
                     let tokens = prompt(id, shared.min(len), len);
-                    if let Some(cached) = kv.admit(id, &tokens) {
+                    if let Some(cached) = kv.admit(id, &tokens, false) {
                         prop_assert!(cached < tokens.len());
                         if kv.grow(id, tokens.len()) {
                             live.insert(id, tokens);
@@ -280,7 +304,7 @@ fn make_rooms_plans_always_fit_a_pool_of_its_budget() {
             for id in &plan.admitted {
                 let r = &requests[id];
                 let prompt = tokens(r, r.prompt_len);
-                kv.admit(*id as usize, &prompt)
+                kv.admit(*id as usize, &prompt, false)
                     .expect("admission finds room for its cached blocks");
                 held.insert(*id, 0);
             }

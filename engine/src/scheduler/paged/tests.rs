@@ -36,6 +36,7 @@ struct Fake {
     chunk: Option<(usize, usize)>,
     gone: bool,
     hint: bool,
+    call: bool,
 }
 
 impl Fake {
@@ -75,6 +76,9 @@ impl PagedSeq for FakeSeq {
     }
     fn failed(&self) -> bool {
         false
+    }
+    fn is_call(&self) -> bool {
+        self.0.borrow().call
     }
     fn set_waiting(&self) {
         self.0.borrow_mut().state = State::Waiting;
@@ -117,6 +121,7 @@ fn fake(r: &Request) -> FakeSeq {
         chunk: None,
         gone: false,
         hint: r.max_new == 1 && r.call.is_some(),
+        call: r.call.is_some(),
     };
     for token in prompt_tokens(r) {
         f.push(token);
