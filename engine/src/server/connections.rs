@@ -1,25 +1,31 @@
 //! Accepting connections with limits a client cannot push past: a bound on open
-//! connections (more wait in the listen backlog), a deadline for each request's headers
-//! (a client that opens a connection and sends nothing, or one header line, is dropped),
-//! and one for each write (a client that stops reading a streamed reply is dropped, its
-//! request cancelled). `axum::serve` has none of them: hyper's header timeout is off there.
+//! connections, a deadline for each request's headers (a client that opens a connection
+//! and sends nothing, or one header line, is dropped), and one for each write (a client
+//! that stops reading a streamed reply is dropped, its request cancelled). `axum::serve`
+//! has none of them: hyper's header timeout is off there.
+//!
+//! Kept-alive connections cannot starve a new client: at the bound, a client that
+//! connects has the oldest open connection told to close once its request in flight is
+//! answered (at once if it is idle between requests), and is served on its place.
 
+use std::collections::VecDeque;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{Notify, Semaphore};
 
 use super::write_deadline::WriteDeadline;
 
 /// How connections are accepted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectionLimits {
-    /// Connections open at once (default 256); more wait to be accepted.
+    /// Connections open at once (default 256); at the bound a new one takes the place of
+    /// the oldest, once that one has answered its request in flight.
     pub max_connections: usize,
     /// Time a client has to send a request's headers, the first request's or the next on a
     /// kept-alive connection (default 10 s).
@@ -39,6 +45,17 @@ impl Default for ConnectionLimits {
     }
 }
 
+/// The open connections, oldest first, each with the signal that asks it to close.
+#[derive(Default)]
+struct Open {
+    next_id: u64,
+    connections: VecDeque<(u64, Arc<Notify>)>,
+}
+
+fn lock(open: &Mutex<Open>) -> std::sync::MutexGuard<'_, Open> {
+    open.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Serves `app` on `listener` until `shutdown` completes (then stops accepting; the
 /// connections open then are closed as their tasks are dropped with the runtime).
 pub async fn serve(
@@ -47,13 +64,10 @@ pub async fn serve(
     limits: ConnectionLimits,
     shutdown: impl Future<Output = ()>,
 ) {
-    let open = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let places = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let open = Arc::new(Mutex::new(Open::default()));
     tokio::pin!(shutdown);
     loop {
-        let permit = tokio::select! {
-            permit = open.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
-            () = &mut shutdown => return,
-        };
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
@@ -67,18 +81,50 @@ pub async fn serve(
             },
             () = &mut shutdown => return,
         };
+        let place = match places.clone().try_acquire_owned() {
+            Ok(place) => place,
+            Err(_) => {
+                // Full: the oldest connection closes once its request in flight is
+                // answered (at once if idle), and this one takes its place.
+                if let Some((_, close)) = lock(&open).connections.pop_front() {
+                    close.notify_one();
+                }
+                tokio::select! {
+                    place = places.clone().acquire_owned() => place.expect("the semaphore is never closed"),
+                    () = &mut shutdown => return,
+                }
+            }
+        };
+        let close = Arc::new(Notify::new());
+        let id = {
+            let mut open = lock(&open);
+            open.next_id += 1;
+            let id = open.next_id;
+            open.connections.push_back((id, close.clone()));
+            id
+        };
         let service = TowerToHyperService::new(app.clone());
         let (header_timeout, write_timeout) = (limits.header_timeout, limits.write_timeout);
+        let open = open.clone();
         tokio::spawn(async move {
             let stream = WriteDeadline::new(stream, write_timeout);
             let connection = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(header_timeout)
                 .serve_connection(TokioIo::new(stream), service);
-            if let Err(e) = connection.await {
+            tokio::pin!(connection);
+            let ended = tokio::select! {
+                ended = connection.as_mut() => ended,
+                () = close.notified() => {
+                    connection.as_mut().graceful_shutdown();
+                    connection.await
+                }
+            };
+            if let Err(e) = ended {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
             }
-            drop(permit);
+            lock(&open).connections.retain(|(other, _)| *other != id);
+            drop(place);
         });
     }
 }
@@ -101,6 +147,13 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let app = Router::new()
             .route("/health", get(|| async { "ok" }))
+            .route(
+                "/slow",
+                get(|| async {
+                    tokio::time::sleep(Duration::from_millis(1500)).await;
+                    "ok"
+                }),
+            )
             .route("/endless", get(endless));
         runtime.spawn(serve(listener, app, limits, std::future::pending()));
         (addr, runtime)
@@ -170,24 +223,82 @@ mod tests {
         assert!(get_health(addr).ends_with("ok"));
     }
 
+    /// Sends one request on `stream` and reads its reply (a body of known length).
+    fn request_on(stream: &mut std::net::TcpStream, path: &str) -> String {
+        write!(stream, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let mut reply = Vec::new();
+        let mut byte = [0u8; 1];
+        while !String::from_utf8_lossy(&reply).ends_with("ok") {
+            stream.read_exact(&mut byte).unwrap();
+            reply.push(byte[0]);
+        }
+        String::from_utf8_lossy(&reply).into_owned()
+    }
+
     #[test]
-    fn connections_over_the_bound_wait_for_one_to_close() {
+    fn at_the_bound_a_new_client_waits_only_for_the_request_in_flight() {
         let limits = ConnectionLimits {
             max_connections: 1,
-            header_timeout: Duration::from_secs(2),
             ..ConnectionLimits::default()
         };
         let (addr, _runtime) = start(limits);
-        // The one connection allowed, idle: the next waits until its deadline frees it.
-        let _idle = std::net::TcpStream::connect(addr).unwrap();
+        // The one place taken by a request that takes 1.5 s: the next client is served
+        // once it is answered, not before.
+        let mut busy = std::net::TcpStream::connect(addr).unwrap();
+        busy.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        write!(busy, "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
         std::thread::sleep(Duration::from_millis(100));
         let started = Instant::now();
         assert!(get_health(addr).ends_with("ok"));
+        let waited = started.elapsed();
         assert!(
-            started.elapsed() >= Duration::from_millis(1500),
-            "served at once: {:?}",
-            started.elapsed()
+            (Duration::from_millis(1200)..Duration::from_secs(8)).contains(&waited),
+            "served after {waited:?}"
         );
+        // The slow request was answered whole before its connection closed.
+        let mut reply = String::new();
+        busy.read_to_string(&mut reply).unwrap();
+        assert!(
+            reply.starts_with("HTTP/1.1 200") && reply.ends_with("ok"),
+            "{reply}"
+        );
+    }
+
+    #[test]
+    fn kept_alive_connections_at_the_bound_do_not_starve_a_new_client() {
+        let limits = ConnectionLimits {
+            max_connections: 4,
+            header_timeout: Duration::from_secs(60),
+            ..ConnectionLimits::default()
+        };
+        let (addr, _runtime) = start(limits);
+        // Four clients each ask once and keep their connections open, idle.
+        let mut kept: Vec<std::net::TcpStream> = (0..4)
+            .map(|_| {
+                let mut stream = std::net::TcpStream::connect(addr).unwrap();
+                stream
+                    .set_read_timeout(Some(Duration::from_secs(10)))
+                    .unwrap();
+                assert!(request_on(&mut stream, "/health").starts_with("HTTP/1.1 200"));
+                stream
+            })
+            .collect();
+        // A fifth is served at once, not after the idle ones' 60 s.
+        for _ in 0..3 {
+            let started = Instant::now();
+            assert!(get_health(addr).ends_with("ok"));
+            assert!(
+                started.elapsed() < Duration::from_secs(3),
+                "{:?}",
+                started.elapsed()
+            );
+        }
+        // The oldest were the ones closed; the newest kept connection still serves.
+        let mut rest = Vec::new();
+        assert_eq!(kept[0].read_to_end(&mut rest).unwrap_or(0), 0, "closed");
+        assert!(request_on(&mut kept[3], "/health").starts_with("HTTP/1.1 200"));
+        kept.clear();
     }
 
     #[test]
