@@ -34,6 +34,21 @@ pub enum ClientKind {
     Malformed,
     /// A header line of 1 MiB.
     HugeHeader,
+    /// Four stop texts of 256 KiB each (the server takes 256 bytes).
+    LongStops,
+    /// 200 tools (the server takes 128).
+    ManyTools,
+    /// A `Host` that names another site, as a page rebinding its name would send.
+    ForeignHost,
+    /// A JSON schema under the server's size bound built to be costly to compile (a
+    /// pattern whose automaton doubles with each repeat, a 2,000-value enum): served, or
+    /// refused with a 400, never a stall of everyone else.
+    CostlySchema,
+    /// `GET /metrics`, again and again.
+    MetricsPoll,
+    /// Asks once on a kept-alive connection and then holds it, idle, until the server
+    /// closes it.
+    IdleKeepAlive,
 }
 
 impl ClientKind {
@@ -45,7 +60,16 @@ impl ClientKind {
                 | ClientKind::Oversized
                 | ClientKind::Malformed
                 | ClientKind::HugeHeader
+                | ClientKind::LongStops
+                | ClientKind::ManyTools
+                | ClientKind::ForeignHost
         )
+    }
+
+    /// Whether a refusal other than 429/503 is an answer the server may give (every
+    /// refusal of a plain request is a fault).
+    pub fn may_be_refused(self) -> bool {
+        self.is_bad() || self == ClientKind::CostlySchema
     }
 }
 
@@ -91,12 +115,43 @@ fn chat_body(words: &str, priority: Option<i32>) -> String {
 }
 
 fn post(path: &str, content_type: &str, body: &str) -> Vec<u8> {
+    post_to("127.0.0.1", path, content_type, body)
+}
+
+fn post_to(host: &str, path: &str, content_type: &str, body: &str) -> Vec<u8> {
     format!(
-        "POST {path} HTTP/1.1\r\nHost: load\r\nContent-Type: {content_type}\r\n\
+        "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: {content_type}\r\n\
          Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )
     .into_bytes()
+}
+
+/// A streamed chat request for `question` with `extra` fields.
+fn chat_with(question: &str, extra: serde_json::Value) -> String {
+    let mut body: serde_json::Value =
+        serde_json::from_str(&chat_body(question, None)).expect("the chat body is JSON");
+    if let (Some(body), serde_json::Value::Object(extra)) = (body.as_object_mut(), extra) {
+        body.extend(extra);
+    }
+    body.to_string()
+}
+
+/// A schema under 64 KiB that is costly to compile: a pattern whose automaton doubles
+/// with each of 20 repeats, and an enum of 2,000 values.
+fn costly_schema() -> serde_json::Value {
+    let values: Vec<String> = (0..2000).map(|i| format!("v{i:04}x")).collect();
+    serde_json::json!({
+        "type": "json_schema",
+        "json_schema": {"name": "costly", "schema": {
+            "type": "object",
+            "properties": {
+                "code": {"type": "string", "pattern": "^(a|b)*a(a|b){20}$"},
+                "pick": {"enum": values},
+            },
+            "required": ["code", "pick"],
+        }},
+    })
 }
 
 /// The `n`th request of a client of `kind`.
@@ -118,7 +173,46 @@ fn request(kind: ClientKind, n: usize) -> Vec<u8> {
                 serde_json::json!({"prompt": format!("The number {n} is"), "max_tokens": 16});
             post("/v1/completions", "application/json", &body.to_string())
         }
-        ClientKind::SlowHeader => b"POST /v1/chat/completions HTTP/1.1\r\nHost: load\r\n".to_vec(),
+        ClientKind::LongStops => {
+            static BODY: LazyLock<Vec<u8>> = LazyLock::new(|| {
+                let stop = "s".repeat(256 << 10);
+                let extra =
+                    serde_json::json!({"stop": [stop.clone(), stop.clone(), stop.clone(), stop]});
+                post(
+                    "/v1/chat/completions",
+                    "application/json",
+                    &chat_with("Hi", extra),
+                )
+            });
+            BODY.clone()
+        }
+        ClientKind::ManyTools => {
+            let tools: Vec<serde_json::Value> = (0..200)
+                .map(|i| serde_json::json!({"type": "function", "function": {"name": format!("tool_{i}"), "parameters": {"type": "object"}}}))
+                .collect();
+            let body = chat_with(&question, serde_json::json!({"tools": tools}));
+            post("/v1/chat/completions", "application/json", &body)
+        }
+        ClientKind::ForeignHost => post_to(
+            "attacker.example",
+            "/v1/chat/completions",
+            "application/json",
+            &chat_body(&question, None),
+        ),
+        ClientKind::CostlySchema => {
+            let body = chat_with(
+                &question,
+                serde_json::json!({"response_format": costly_schema()}),
+            );
+            post("/v1/chat/completions", "application/json", &body)
+        }
+        ClientKind::MetricsPoll => {
+            b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".to_vec()
+        }
+        ClientKind::IdleKeepAlive => b"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".to_vec(),
+        ClientKind::SlowHeader => {
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n".to_vec()
+        }
         // Built once: megabytes a request would weigh on the memory measured.
         ClientKind::Oversized => {
             static BODY: LazyLock<Vec<u8>> = LazyLock::new(|| {
@@ -139,7 +233,7 @@ fn request(kind: ClientKind, n: usize) -> Vec<u8> {
         ClientKind::HugeHeader => {
             static HEAD: LazyLock<Vec<u8>> = LazyLock::new(|| {
                 format!(
-                    "GET /v1/models HTTP/1.1\r\nHost: load\r\nX-Filler: {}\r\nConnection: close\r\n\r\n",
+                    "GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Filler: {}\r\nConnection: close\r\n\r\n",
                     "y".repeat(1 << 20)
                 )
                 .into_bytes()
@@ -194,6 +288,16 @@ pub async fn send(target: &Target, kind: ClientKind, n: usize) -> Outcome {
     };
     let text = String::from_utf8_lossy(&answer);
     match status {
+        // Answered, then held idle until the server closed it.
+        200 if kind == ClientKind::IdleKeepAlive => Outcome::Dropped {
+            after_s: started.elapsed().as_secs_f64(),
+        },
+        200 if kind == ClientKind::MetricsPoll => {
+            match text.contains("sublet_requests_started_total") {
+                true => Outcome::Served,
+                false => Outcome::NoAnswer,
+            }
+        }
         200 if kind == ClientKind::Whole => match text.contains("\"text_completion\"") {
             true => Outcome::Served,
             false => Outcome::NoAnswer,
@@ -271,8 +375,8 @@ impl LoadFigures {
         self.by_kind.entry(kind).or_default().add(outcome);
     }
 
-    /// No request unanswered or held, every bad request refused (never served), every
-    /// admitted request counted as ended.
+    /// No request unanswered or held, every bad request refused (never served), no other
+    /// refused but for 429/503, every admitted request counted as ended.
     pub fn sound(&self) -> Result<(), String> {
         for (kind, tally) in &self.by_kind {
             if tally.no_answer + tally.held > 0 {
@@ -283,6 +387,9 @@ impl LoadFigures {
             }
             if kind.is_bad() && tally.served > 0 {
                 return Err(format!("{kind:?}: {} served", tally.served));
+            }
+            if !kind.may_be_refused() && !tally.refused.is_empty() {
+                return Err(format!("{kind:?}: refused {:?}", tally.refused));
             }
         }
         match self.unaccounted {
@@ -338,6 +445,13 @@ mod tests {
         let mut served = figures.clone();
         served.add(ClientKind::Malformed, Outcome::Served);
         assert!(served.sound().is_err());
+        let mut refused = figures.clone();
+        refused.add(ClientKind::Streamed, Outcome::Refused { status: 403 });
+        assert!(refused.sound().is_err(), "a plain request refused");
+        let mut schema = figures.clone();
+        schema.add(ClientKind::CostlySchema, Outcome::Refused { status: 400 });
+        schema.add(ClientKind::CostlySchema, Outcome::Served);
+        assert_eq!(schema.sound(), Ok(()));
         let mut lost = figures;
         lost.unaccounted = 1;
         assert!(lost.sound().is_err());

@@ -2,7 +2,9 @@
 //! bundled engine with make-room on, the OpenAI-compatible server in this process with its
 //! default limits, and hundreds of clients of every kind a public endpoint meets (streamed
 //! and whole requests, ones asking to outrank the callers, ones that hang up mid-queue,
-//! stall mid-header, or send oversized, malformed or absurd requests). A voice turn goes to
+//! stall mid-header, or send oversized, malformed or absurd requests: stop texts and tools
+//! past their bounds, a foreign Host, a schema built to be costly, /metrics in a loop,
+//! kept-alive connections held idle). A voice turn goes to
 //! the engine in process, as the voice agent sends it, first alone and then every few
 //! seconds under the load; its first token is compared.
 //!
@@ -48,7 +50,9 @@ struct Args {
     /// Clients that send one header line and wait.
     #[arg(long, default_value_t = 40)]
     slow_header: usize,
-    /// Clients of each bad kind (oversized body, malformed JSON, 1 MiB header).
+    /// Clients of each hostile kind (oversized body, malformed JSON, 1 MiB header, long stop
+    /// texts, too many tools, a foreign Host, a costly schema, /metrics polled, a
+    /// kept-alive connection held idle).
     #[arg(long, default_value_t = 10)]
     bad: usize,
     /// Seconds between the voice turns sent under the load.
@@ -62,18 +66,20 @@ struct Args {
 }
 
 /// A caller's turn, as the voice agent sends it: a new call's each time, so no call's
-/// retained KV makes room for it.
+/// retained KV makes room for it, and the caller's words its own (the persona is the
+/// same for every call, as in a deployment: the prefix cache may hold it, never the rest).
 fn voice_turn(engine: &Engine) -> Result<f64> {
     static NEXT_CALL: AtomicU64 = AtomicU64::new(1);
+    let call = NEXT_CALL.fetch_add(1, Ordering::Relaxed);
     let conversation = vec![
         Message::new(Role::System, "You are a helpful voice assistant on a phone call. Answer in one or two short, plain spoken sentences."),
-        Message::new(Role::User, "Hi, I need to move my dentist appointment from Tuesday the 14th."),
+        Message::new(Role::User, format!("Hi, this is patient number {call}. I need to move my dentist appointment from Tuesday the 14th.")),
         Message::new(Role::Assistant, "Of course. Which day would suit you better?"),
         Message::new(Role::User, "Thursday the 16th, in the afternoon if you can."),
     ];
     let request = ChatRequest {
         priority: VOICE_PRIORITY,
-        session: Some(NEXT_CALL.fetch_add(1, Ordering::Relaxed)),
+        session: Some(call),
         ..ChatRequest::new(conversation, 8)
     };
     let sent = Instant::now();
@@ -281,6 +287,12 @@ fn client_kinds(args: &Args) -> Vec<ClientKind> {
         ClientKind::Oversized,
         ClientKind::Malformed,
         ClientKind::HugeHeader,
+        ClientKind::LongStops,
+        ClientKind::ManyTools,
+        ClientKind::ForeignHost,
+        ClientKind::CostlySchema,
+        ClientKind::MetricsPoll,
+        ClientKind::IdleKeepAlive,
     ] {
         kinds.extend(std::iter::repeat_n(kind, args.bad));
     }
@@ -289,13 +301,13 @@ fn client_kinds(args: &Args) -> Vec<ClientKind> {
 
 fn print_report(figures: &LoadFigures, after_ms: f64) {
     println!(
-        "\n{:<12} {:>6} {:>6} {:>6} {:>16} {:>7} {:>7} {:>9} {:>5}",
+        "\n{:<14} {:>6} {:>6} {:>6} {:>16} {:>7} {:>7} {:>9} {:>5}",
         "client", "sent", "served", "busy", "refused", "hung up", "dropped", "no answer", "held"
     );
     for (kind, t) in &figures.by_kind {
         let refused: Vec<String> = t.refused.iter().map(|(s, n)| format!("{n}×{s}")).collect();
         println!(
-            "{:<12} {:>6} {:>6} {:>6} {:>16} {:>7} {:>7} {:>9} {:>5}",
+            "{:<14} {:>6} {:>6} {:>6} {:>16} {:>7} {:>7} {:>9} {:>5}",
             format!("{kind:?}"),
             t.sent,
             t.served,
