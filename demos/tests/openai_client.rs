@@ -269,6 +269,15 @@ fn check_served(port: u16) -> String {
     assert_eq!(seen["bad_role"]["status"], 400);
     assert_eq!(seen["bad_role"]["param"], "messages");
     assert_eq!(seen["too_many_tokens"]["param"], "max_tokens");
+    assert_eq!(seen["uncompilable_schema"]["status"], 400);
+    assert_eq!(seen["uncompilable_schema"]["param"], "response_format");
+    assert!(
+        seen["uncompilable_schema"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("the schema cannot be compiled")),
+        "{}",
+        seen["uncompilable_schema"]
+    );
     // Both refused by the server's own count, before the engine's thread (whose refusal
     // carries no code): the first tokenized on a worker, the second from its bytes alone.
     for (case, counted) in [("oversized_prompt", "take 2"), ("huge_prompt", "at least")] {

@@ -10,6 +10,7 @@ mod chat;
 mod cpu_priority;
 mod device;
 mod error;
+mod grammar;
 mod hub;
 pub mod memory;
 mod model_file;
@@ -36,6 +37,7 @@ pub use chat::{
 };
 pub use device::{Accelerator, KvPool, KV_BLOCK_TOKENS};
 pub use error::{EngineError, LoadError};
+pub use grammar::{GrammarCheck, GrammarRefused, GRAMMAR_BUDGET};
 pub use hub::gguf_from_hub;
 pub use model_file::{
     check_chat_template, inspect_gguf, GgufFacts, GgufProblem, GGUF_ARCHITECTURES,
@@ -156,6 +158,7 @@ pub struct Engine {
     next_id: AtomicUsize,
     model_name: String,
     tokens: Option<TokenCounter>,
+    grammar: Option<GrammarCheck>,
     /// The heap loading the model took (`None` off glibc).
     weights_bytes: Option<u64>,
     /// Whether the model's chat template renders system messages; if not, each is folded
@@ -187,7 +190,7 @@ impl Engine {
             runtime.block_on(build_runner(config, facts.as_ref(), &make_room))
         });
         drop(owner);
-        let (runner, tokens) = built?;
+        let (runner, tokens, grammar) = built?;
         // The load's warm-up request leaves its KV in the prefix cache: not weights.
         let warm_up_kv = make_room.state().memory.prefix_cache_bytes;
         let weights_bytes = weights_bytes.map(|b| b.saturating_sub(warm_up_kv));
@@ -204,6 +207,7 @@ impl Engine {
             next_id: AtomicUsize::new(1),
             model_name,
             tokens,
+            grammar,
             weights_bytes,
             system_role,
         })
@@ -260,6 +264,12 @@ impl Engine {
     /// the model has none mistral.rs exposes).
     pub fn token_counter(&self) -> Option<&TokenCounter> {
         self.tokens.as_ref()
+    }
+
+    /// Compiles reply formats as the engine does, on the caller's thread (`None` if the
+    /// model has no tokenizer mistral.rs builds grammars for).
+    pub fn grammar_check(&self) -> Option<&GrammarCheck> {
+        self.grammar.as_ref()
     }
 
     /// Most tokens a prompt plus its reply may take, when the model says.
@@ -457,7 +467,7 @@ async fn build_runner(
     config: &EngineConfig,
     facts: Option<&GgufFacts>,
     make_room: &scheduler::MakeRoomHandle,
-) -> Result<(Arc<MistralRs>, Option<TokenCounter>), LoadError> {
+) -> Result<(Arc<MistralRs>, Option<TokenCounter>, Option<GrammarCheck>), LoadError> {
     let model = &config.model;
     let dir = model.parent().unwrap_or(Path::new("."));
     let (Some(file), true) = (model.file_name(), model.is_file()) else {
@@ -507,6 +517,8 @@ async fn build_runner(
         TokenCounter::new(count, longest.unwrap_or(1))
             .with_json(move || whole.to_string(false).ok())
     });
+    let grammar = pipeline.lock().await.get_metadata().llg_factory.clone();
+    let grammar = grammar.map(GrammarCheck::new);
     let max_running: std::num::NonZeroUsize =
         config.max_running.max(1).try_into().expect("at least one");
     let paged_cache = pipeline.lock().await.get_metadata().cache_config.clone();
@@ -523,7 +535,7 @@ async fn build_runner(
         let runner = MistralRsBuilder::new(pipeline, scheduler, false, None)
             .build()
             .await;
-        return Ok((runner, tokens));
+        return Ok((runner, tokens, grammar));
     };
     let policy = make_room::PolicyConfig {
         max_running: config.max_running.max(1),
@@ -553,7 +565,7 @@ async fn build_runner(
     let runner = MistralRsBuilder::new(pipeline, SchedulerConfig::Custom(scheduler), false, None)
         .build()
         .await;
-    Ok((runner, tokens))
+    Ok((runner, tokens, grammar))
 }
 
 fn model_dtype(dtype: candle_core::DType) -> ModelDType {

@@ -93,6 +93,12 @@ out["bad_role"] = refusal(
 out["unknown_format"] = refusal(
     lambda: client.chat.completions.create(model="any", messages=question, max_tokens=4, response_format={"type": "yaml"})
 )
+# A schema llguidance cannot compile is refused by the server, naming the field, before
+# the engine's thread compiles anything.
+misspelt = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "strin"}}}
+out["uncompilable_schema"] = refusal(
+    lambda: client.chat.completions.create(model="any", messages=question, max_tokens=4, response_format=misspelt)
+)
 out["too_many_tokens"] = refusal(lambda: client.chat.completions.create(model="any", messages=question, max_tokens=10**7))
 long_prompt = [{"role": "user", "content": "word " * 20000}]
 out["oversized_prompt"] = refusal(lambda: client.chat.completions.create(model="any", messages=long_prompt, max_tokens=4))

@@ -38,7 +38,7 @@ use serde_json::json;
 use subtle::ConstantTimeEq;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::{Engine, EngineError, StreamEvent};
+use crate::{Engine, EngineError, ReplyFormat, StreamEvent};
 pub use connections::{serve, ConnectionLimits};
 pub use host::name_of as host_name;
 pub use metrics::Metrics;
@@ -297,6 +297,15 @@ async fn serve_request(
         state.engine.max_sequence_length(),
     ) {
         prompt_length::check(counter, max_len, &request).await?;
+    }
+    if let (ReplyFormat::JsonSchema(schema), Some(grammar)) =
+        (&request.format, state.engine.grammar_check())
+    {
+        let (grammar, schema) = (grammar.clone(), schema.clone());
+        tokio::task::spawn_blocking(move || grammar.check(&schema))
+            .await
+            .map_err(|e| ApiError::server(format!("compiling the schema: {e}")))?
+            .map_err(|refused| ApiError::invalid(Some("response_format"), refused.to_string()))?;
     }
     let priority = request.priority;
     // Admitted: from here the request ends counted once, even if its client leaves while
