@@ -141,6 +141,9 @@ pub enum ReplyFormat {
     /// cannot sample a token that leaves the schema. A reply cut by its token limit is
     /// still only a prefix.
     JsonSchema(serde_json::Value),
+    /// The same, its grammar compiled already off the engine's thread
+    /// ([`crate::GrammarCheck::compile`]): the engine's thread only copies its parser.
+    Compiled(crate::CompiledSchema),
 }
 
 /// Penalties on tokens the sequence (prompt and reply) already holds, applied before the

@@ -1,8 +1,8 @@
-//! A reply format's grammar compiled once before the engine sees it, on the caller's
-//! (blocking) thread: a JSON schema llguidance refuses is refused there, and one whose
-//! compilation takes more than [`GRAMMAR_BUDGET`] of CPU is refused too, so that the
-//! engine's own compilation of a schema it takes (on its one thread, which every reply,
-//! a caller's among them, waits on) stays within that budget.
+//! A reply format's grammar compiled before the engine sees it, on the caller's (blocking)
+//! thread, and handed to the engine compiled: the engine's one thread, which every reply,
+//! a caller's among them, waits on, compiles nothing. A JSON schema llguidance refuses is
+//! refused there, and one whose compilation takes more than [`GRAMMAR_BUDGET`] of CPU
+//! too, so that no client holds a blocking worker long either.
 //!
 //! llguidance builds its lexer lazily, under its default limits (lexer fuel, grammar size),
 //! so nearly every schema compiles in a few milliseconds; the budget is for the rest. It
@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mistralrs_core::llguidance::{api::TopLevelGrammar, ParserFactory};
+use mistralrs_core::CompiledGrammar;
 
 /// Most CPU a schema's compilation may take.
 pub const GRAMMAR_BUDGET: Duration = Duration::from_millis(100);
@@ -50,18 +51,26 @@ impl GrammarCheck {
         Self { factory }
     }
 
-    /// Compiles `schema` on this thread as the engine will: the CPU it took, or why it is
+    /// Compiles `schema` on this thread as the engine would: the CPU it took, or why it is
     /// refused.
     pub fn check(&self, schema: &serde_json::Value) -> Result<Duration, GrammarRefused> {
-        self.check_within(schema, GRAMMAR_BUDGET)
+        self.compile_within(schema, GRAMMAR_BUDGET)
+            .map(|(_, took)| took)
     }
 
-    /// [`GrammarCheck::check`] with a budget of `budget`.
-    pub fn check_within(
+    /// Compiles `schema` on this thread within [`GRAMMAR_BUDGET`], for the engine to take
+    /// as it is (`ReplyFormat::Compiled`): its thread then compiles nothing.
+    pub fn compile(&self, schema: &serde_json::Value) -> Result<CompiledSchema, GrammarRefused> {
+        self.compile_within(schema, GRAMMAR_BUDGET)
+            .map(|(compiled, _)| compiled)
+    }
+
+    /// [`GrammarCheck::compile`] with a budget of `budget`, and the CPU it took.
+    pub fn compile_within(
         &self,
         schema: &serde_json::Value,
         budget: Duration,
-    ) -> Result<Duration, GrammarRefused> {
+    ) -> Result<(CompiledSchema, Duration), GrammarRefused> {
         let started = thread_cpu_time();
         let grammar = TopLevelGrammar::from_json_schema(schema.clone());
         let parser = self.factory.create_parser(grammar);
@@ -69,8 +78,40 @@ impl GrammarCheck {
         match parser {
             Err(e) => Err(GrammarRefused::Invalid(e.to_string())),
             Ok(_) if took > budget => Err(GrammarRefused::TooCostly(took)),
-            Ok(_) => Ok(took),
+            Ok(parser) => Ok((
+                CompiledSchema {
+                    schema: schema.clone(),
+                    grammar: CompiledGrammar::new(parser),
+                },
+                took,
+            )),
         }
+    }
+}
+
+/// A JSON Schema with its grammar compiled: the engine gives each sequence a copy of its
+/// parser. Equal to another of the same schema.
+#[derive(Clone)]
+pub struct CompiledSchema {
+    schema: serde_json::Value,
+    pub(crate) grammar: CompiledGrammar,
+}
+
+impl CompiledSchema {
+    pub fn schema(&self) -> &serde_json::Value {
+        &self.schema
+    }
+}
+
+impl PartialEq for CompiledSchema {
+    fn eq(&self, other: &Self) -> bool {
+        self.schema == other.schema
+    }
+}
+
+impl std::fmt::Debug for CompiledSchema {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("CompiledSchema").field(&self.schema).finish()
     }
 }
 

@@ -37,7 +37,7 @@ pub use chat::{
 };
 pub use device::{Accelerator, KvPool, KV_BLOCK_TOKENS};
 pub use error::{EngineError, LoadError};
-pub use grammar::{GrammarCheck, GrammarRefused, GRAMMAR_BUDGET};
+pub use grammar::{CompiledSchema, GrammarCheck, GrammarRefused, GRAMMAR_BUDGET};
 pub use hub::gguf_from_hub;
 pub use model_file::{
     check_chat_template, inspect_gguf, GgufFacts, GgufProblem, GGUF_ARCHITECTURES,
@@ -437,6 +437,7 @@ impl Engine {
         let constraint = match request.format {
             ReplyFormat::Text => Constraint::None,
             ReplyFormat::JsonSchema(schema) => Constraint::JsonSchema(schema),
+            ReplyFormat::Compiled(compiled) => Constraint::Compiled(compiled.grammar),
         };
         let (tx, rx) = tokio::sync::mpsc::channel(64);
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);

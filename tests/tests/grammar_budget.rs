@@ -5,7 +5,9 @@
 use std::time::Duration;
 
 use serde_json::json;
-use sublet_engine::{Engine, EngineConfig, GrammarRefused, GRAMMAR_BUDGET};
+use sublet_engine::{
+    ChatRequest, Engine, EngineConfig, GrammarRefused, Message, ReplyFormat, Role, GRAMMAR_BUDGET,
+};
 use sublet_models::ModelCache;
 
 /// A schema at the server's 64 KiB bound that takes ~100 ms of CPU to compile here: 150
@@ -35,9 +37,28 @@ fn schemas_are_compiled_before_the_engine_and_refused_with_why() {
     let grammar = engine
         .grammar_check()
         .expect("the bundled model's tokenizer builds grammars");
-    let plain = json!({"type": "object", "properties": {"city": {"type": "string"}}});
+    let plain = json!({
+        "type": "object",
+        "properties": {"city": {"type": "string", "maxLength": 12}},
+        "required": ["city"],
+    });
     let took = grammar.check(&plain).unwrap();
     assert!(took < GRAMMAR_BUDGET, "{took:?}");
+    // Handed to the engine compiled, the schema holds the reply as one compiled there did.
+    for format in [
+        ReplyFormat::Compiled(grammar.compile(&plain).unwrap()),
+        ReplyFormat::JsonSchema(plain.clone()),
+    ] {
+        let ask = vec![Message::new(Role::User, "Name a city in France, as JSON.")];
+        let request = ChatRequest {
+            format: format.clone(),
+            ..ChatRequest::new(ask, 32)
+        };
+        let (reply, _) = engine.chat(request).unwrap().collect_blocking().unwrap();
+        let value: serde_json::Value = serde_json::from_str(&reply)
+            .unwrap_or_else(|e| panic!("{format:?}: {reply:?} is not JSON: {e}"));
+        assert!(value["city"].is_string(), "{format:?}: {reply}");
+    }
 
     let misspelt = json!({"type": "strin"});
     assert!(
@@ -50,7 +71,7 @@ fn schemas_are_compiled_before_the_engine_and_refused_with_why() {
         "under the server's size bound"
     );
     // Timed apart from the budget: many times the plain schema's cost.
-    let refused = grammar.check_within(&costly, Duration::from_millis(10));
+    let refused = grammar.compile_within(&costly, Duration::from_millis(10));
     let Err(GrammarRefused::TooCostly(costly_took)) = refused else {
         panic!("{refused:?}");
     };

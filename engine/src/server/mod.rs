@@ -288,7 +288,7 @@ async fn serve_request(
     // Only the parsed request lives on while it is answered.
     drop(body);
     let Parsed {
-        request,
+        mut request,
         stream,
         include_usage,
     } = parsed?;
@@ -298,14 +298,16 @@ async fn serve_request(
     ) {
         prompt_length::check(counter, max_len, &request).await?;
     }
+    // A schema is compiled here, on a blocking worker, never on the engine's thread.
     if let (ReplyFormat::JsonSchema(schema), Some(grammar)) =
         (&request.format, state.engine.grammar_check())
     {
         let (grammar, schema) = (grammar.clone(), schema.clone());
-        tokio::task::spawn_blocking(move || grammar.check(&schema))
+        let compiled = tokio::task::spawn_blocking(move || grammar.compile(&schema))
             .await
             .map_err(|e| ApiError::server(format!("compiling the schema: {e}")))?
             .map_err(|refused| ApiError::invalid(Some("response_format"), refused.to_string()))?;
+        request.format = ReplyFormat::Compiled(compiled);
     }
     let priority = request.priority;
     // Admitted: from here the request ends counted once, even if its client leaves while
