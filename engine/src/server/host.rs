@@ -1,15 +1,35 @@
-//! The `Host` a keyless server answers to: loopback names, and those the operator adds.
+//! The `Host` a keyless server answers to, and the `Origin` it answers: loopback names,
+//! and those the operator adds.
 //!
 //! A browser lets any page send requests to 127.0.0.1 under the page's own name once that
-//! name resolves there (DNS rebinding); it always sends the name it used as `Host`. A
-//! request without `Host` (HTTP/1.0, not a browser) is served.
+//! name resolves there (DNS rebinding); it always sends the name it used as `Host`. A page
+//! of another site that sends to 127.0.0.1 by that name names itself in `Origin` (on every
+//! POST): the server serves no page, so no origin but a local one has business with it. A
+//! request without `Host` or `Origin` (HTTP/1.0, a program, not a browser) is served.
 
 use axum::http::{header, HeaderMap};
 
 use super::openai::ApiError;
 
-/// `Err` unless `headers`' `Host` is a loopback name or one of `allowed`.
+/// `Err` unless `headers`' `Host`, and its `Origin` if it has one, name a loopback name or
+/// one of `allowed`.
 pub(super) fn check(headers: &HeaderMap, allowed: &[String]) -> Result<(), ApiError> {
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        let origin = origin.to_str().unwrap_or("");
+        // `scheme://host[:port]`; a sandboxed page or a file sends `null`.
+        let host = origin.split_once("://").map_or("", |(_, host)| host);
+        let name = name_of(host);
+        if !(is_loopback(name) || allowed.iter().any(|a| a.eq_ignore_ascii_case(name))) {
+            return Err(ApiError::new(
+                403,
+                "permission_error",
+                format!(
+                    "a page of Origin {origin:?} may not use this server without an API key: \
+                     start it with a key, or with --api-allowed-host for that page's name"
+                ),
+            ));
+        }
+    }
     let Some(host) = headers.get(header::HOST) else {
         return Ok(());
     };
@@ -85,6 +105,21 @@ mod tests {
             assert_eq!(refused.status, 403, "{host}");
         }
         assert!(check(&HeaderMap::new(), &[]).is_ok());
+        // A page of another site, sending to the loopback name itself: refused by Origin.
+        let from = |origin: &str| {
+            let mut headers = with_host("127.0.0.1:8000");
+            headers.insert(header::ORIGIN, HeaderValue::from_str(origin).unwrap());
+            check(&headers, &[])
+        };
+        assert!(from("http://localhost:3000").is_ok());
+        assert!(from("http://127.0.0.1:8000").is_ok());
+        for origin in [
+            "https://attacker.example",
+            "null",
+            "http://localhost.attacker.example",
+        ] {
+            assert_eq!(from(origin).unwrap_err().status, 403, "{origin}");
+        }
         let allowed = ["box.lan".to_string()];
         assert!(check(&with_host("Box.lan:8000"), &allowed).is_ok());
         assert!(check(&with_host("other.lan"), &allowed).is_err());
