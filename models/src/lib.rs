@@ -13,7 +13,7 @@ mod choice;
 mod onnx;
 mod verify;
 pub use choice::{model_name, LlmSource, ModelArgs, ModelChoice, ModelFlag, RefusedModel};
-pub use verify::CorruptModel;
+pub use verify::{sha256_file, CorruptModel};
 #[cfg(feature = "whisper-convert")]
 pub mod whisper_ggml;
 #[cfg(feature = "onnx")]

@@ -48,7 +48,8 @@ fn stamp_of(path: &Path) -> Option<(u64, u128)> {
     Some((meta.len(), modified.as_nanos()))
 }
 
-fn sha256_file(path: &Path) -> std::io::Result<String> {
+/// A file's sha256, as hex.
+pub fn sha256_file(path: &Path) -> std::io::Result<String> {
     let mut file = fs::File::open(path)?;
     let mut hasher = Sha256::new();
     let mut buffer = vec![0u8; 1 << 20];

@@ -2,26 +2,16 @@
 //! take the member out, check its sha256, and place it in the cache.
 
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
-use sha2::{Digest, Sha256};
 use sublet_models::{Artifact, ModelCache, Source, ARTIFACTS};
 
+/// A file's sha256, as hex (the runtime's own check, `sublet_models::sha256_file`).
 pub fn sha256_file(path: &Path) -> Result<String> {
-    let mut file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = file.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-    }
-    Ok(format!("{:x}", hasher.finalize()))
+    sublet_models::sha256_file(path).with_context(|| format!("hashing {}", path.display()))
 }
 
 fn is_valid(cache: &ModelCache, artifact: &Artifact) -> Result<bool> {
