@@ -142,16 +142,10 @@ impl Settings {
             ));
         }
         // The engine searches each stop text after every token, on its one thread.
-        if let Some(long) = stop.iter().find(|s| s.len() > limits.max_stop_bytes) {
-            return Err(ApiError::invalid(
-                Some("stop"),
-                format!(
-                    "a stop text of {} bytes; this server takes at most {}",
-                    long.len(),
-                    limits.max_stop_bytes
-                ),
-            ));
-        }
+        let longest = stop.iter().map(String::len).max().unwrap_or(0);
+        ApiError::at_most("stop", longest, limits.max_stop_bytes, || {
+            format!("a stop text of {longest} bytes")
+        })?;
         Ok(Parsed {
             request: ChatRequest {
                 max_tokens,
@@ -224,6 +218,21 @@ impl ApiError {
             param,
             ..Self::new(400, "invalid_request_error", message)
         }
+    }
+
+    /// `Err` naming `field` when `found` is over `most`: "`what`; this server takes at most
+    /// `most`" (every bound on a field that costs the engine work says it so).
+    pub fn at_most(
+        field: &'static str,
+        found: usize,
+        most: usize,
+        what: impl FnOnce() -> String,
+    ) -> Result<(), Self> {
+        if found <= most {
+            return Ok(());
+        }
+        let message = format!("{}; this server takes at most {most}", what());
+        Err(Self::invalid(Some(field), message))
     }
 
     /// A failure on the server's side (500).

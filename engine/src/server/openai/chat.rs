@@ -223,15 +223,9 @@ impl ChatCompletionBody {
         };
         if let ReplyFormat::JsonSchema(schema) = &parsed.request.format {
             let bytes = json_bytes(schema);
-            if bytes > limits.max_schema_bytes {
-                return Err(ApiError::invalid(
-                    Some("response_format"),
-                    format!(
-                        "a schema of {bytes} bytes; this server takes at most {}",
-                        limits.max_schema_bytes
-                    ),
-                ));
-            }
+            ApiError::at_most("response_format", bytes, limits.max_schema_bytes, || {
+                format!("a schema of {bytes} bytes")
+            })?;
         }
         (parsed.request.tools, parsed.request.tool_choice) =
             tools(self.tools, self.tool_choice, limits)?;
@@ -248,26 +242,13 @@ fn tools(
     limits: &Limits,
 ) -> Result<(Vec<Tool>, ToolChoice), ApiError> {
     let tools = tools.unwrap_or_default();
-    if tools.len() > limits.max_tools {
-        return Err(ApiError::invalid(
-            Some("tools"),
-            format!(
-                "{} tools; this server takes at most {}",
-                tools.len(),
-                limits.max_tools
-            ),
-        ));
-    }
+    ApiError::at_most("tools", tools.len(), limits.max_tools, || {
+        format!("{} tools", tools.len())
+    })?;
     let bytes: usize = tools.iter().map(WireTool::json_bytes).sum();
-    if bytes > limits.max_tools_bytes {
-        return Err(ApiError::invalid(
-            Some("tools"),
-            format!(
-                "tools of {bytes} bytes; this server takes at most {}",
-                limits.max_tools_bytes
-            ),
-        ));
-    }
+    ApiError::at_most("tools", bytes, limits.max_tools_bytes, || {
+        format!("tools of {bytes} bytes")
+    })?;
     let mut checked = Vec::new();
     for (i, tool) in tools.into_iter().enumerate() {
         if tool.kind != "function" {
