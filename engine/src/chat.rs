@@ -106,6 +106,8 @@ pub struct ChatRequest {
     pub temperature: Option<f64>,
     /// Nucleus sampling, with a temperature.
     pub top_p: Option<f64>,
+    /// Sampling from the `k` likeliest tokens only, with a temperature.
+    pub top_k: Option<usize>,
     /// Samples from a generator of the request's own seeded with this, so the same request
     /// samples the same reply (as far as the model's numbers are the same in every batch).
     pub seed: Option<u64>,
@@ -178,6 +180,7 @@ impl ChatRequest {
             max_tokens,
             temperature: None,
             top_p: None,
+            top_k: None,
             seed: None,
             repetition: Repetition::default(),
             thinking: None,

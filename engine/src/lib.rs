@@ -422,7 +422,7 @@ impl Engine {
         }
         if let Some(t) = request.temperature.filter(|t| *t > 0.0) {
             sampling.temperature = Some(t);
-            sampling.top_k = None;
+            sampling.top_k = request.top_k;
             sampling.top_p = request.top_p;
         }
         let repetition = request.repetition;

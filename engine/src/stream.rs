@@ -16,8 +16,10 @@ pub struct Finish {
 /// Why a reply ended, as the engine reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FinishReason {
-    /// The model ended it (its end-of-turn token or a stop text).
+    /// The model ended it (its end-of-turn token).
     Stop,
+    /// The request's stop text of this index appeared (left out of the reply).
+    StopText(usize),
     /// It reached its `max_tokens` or the model's length.
     Length,
     /// Its reader left, or the engine cancelled it.
@@ -42,7 +44,7 @@ impl FinishReason {
     /// The OpenAI API's name for it (`finish_reason`).
     pub fn as_str(&self) -> &str {
         match self {
-            Self::Stop => "stop",
+            Self::Stop | Self::StopText(_) => "stop",
             Self::Length => "length",
             Self::Canceled => "canceled",
             Self::ToolCalls => "tool_calls",
@@ -216,13 +218,14 @@ impl ReplyStream {
 pub(crate) struct StopCut {
     stops: Vec<String>,
     held: String,
-    cut: bool,
+    /// The index, among the request's stop texts, of the one the reply was cut at.
+    cut_at: Option<usize>,
 }
 
 impl StopCut {
     pub(crate) fn new(stops: Vec<String>) -> Self {
         Self {
-            stops: stops.into_iter().filter(|s| !s.is_empty()).collect(),
+            stops,
             ..Self::default()
         }
     }
@@ -244,10 +247,21 @@ impl StopCut {
                 }
                 other => {
                     let rest = std::mem::take(&mut self.held);
-                    if !rest.is_empty() && !self.cut {
+                    if !rest.is_empty() && self.cut_at.is_none() {
                         out.push(Ok(StreamEvent::Text(rest)));
                     }
-                    out.push(other);
+                    out.push(match (other, self.cut_at) {
+                        // mistral.rs says "stop" for its end token and a stop text alike.
+                        (Ok(StreamEvent::Done(finish)), Some(index))
+                            if finish.reason == FinishReason::Stop =>
+                        {
+                            Ok(StreamEvent::Done(Finish {
+                                reason: FinishReason::StopText(index),
+                                ..finish
+                            }))
+                        }
+                        (other, _) => other,
+                    });
                 }
             }
         }
@@ -256,18 +270,20 @@ impl StopCut {
 
     /// What of `text` may go out now.
     fn text(&mut self, text: &str) -> Option<String> {
-        if self.cut {
+        if self.cut_at.is_some() {
             return None;
         }
         self.held.push_str(text);
         let held = &self.held;
-        if let Some(at) = self
+        if let Some((at, index)) = self
             .stops
             .iter()
-            .filter_map(|s| held.find(s.as_str()))
+            .enumerate()
+            .filter(|(_, s)| !s.is_empty())
+            .filter_map(|(index, s)| Some((held.find(s.as_str())?, index)))
             .min()
         {
-            self.cut = true;
+            self.cut_at = Some(index);
             let before = held[..at].to_string();
             self.held.clear();
             return Some(before).filter(|t| !t.is_empty());
@@ -418,16 +434,28 @@ mod tests {
             texts(&mut cut, &["The capital is", " Pa", "ris.", " More"]),
             "The capital is "
         );
+        // The end says which stop text it was.
+        let done = |reason| {
+            vec![Ok(StreamEvent::Done(Finish {
+                reason,
+                prompt_tokens: 1,
+                completion_tokens: 1,
+            }))]
+        };
+        let ended = cut.cut(done(FinishReason::Stop));
+        assert!(
+            matches!(&ended[..], [Ok(StreamEvent::Done(f))] if f.reason == FinishReason::StopText(0)),
+            "{ended:?}"
+        );
         let mut cut = StopCut::new(vec!["END".into()]);
         // Held while it may begin the stop text, released when it does not.
         assert_eq!(texts(&mut cut, &["a E", "N"]), "a ");
         assert_eq!(texts(&mut cut, &["d é"]), "ENd é");
-        let done = cut.cut(vec![Ok(StreamEvent::Done(Finish {
-            reason: FinishReason::Stop,
-            prompt_tokens: 1,
-            completion_tokens: 1,
-        }))]);
-        assert_eq!(done.len(), 1, "nothing was held: {done:?}");
+        let ended = cut.cut(done(FinishReason::Stop));
+        assert!(
+            matches!(&ended[..], [Ok(StreamEvent::Done(f))] if f.reason == FinishReason::Stop),
+            "nothing was held, and no stop text ended it: {ended:?}"
+        );
         let mut cut = StopCut::new(vec!["zz".into()]);
         assert_eq!(texts(&mut cut, &["a", "z"]), "a");
         let events = cut.cut(vec![Ok(StreamEvent::Done(Finish {

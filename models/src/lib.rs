@@ -154,7 +154,11 @@ pub const CALLS_DIR: &str = "calls";
 /// Sublet with (`openai`; LiveKit's Agents framework, as a worker for the test server).
 pub const PYTHON_ENV: &str = "python";
 /// The client libraries setup installs into [`PYTHON_ENV`], pinned.
-pub const PYTHON_PACKAGES: &[&str] = &["openai==3.57.0", "livekit-agents==1.8.9"];
+pub const PYTHON_PACKAGES: &[&str] = &[
+    "openai==3.57.0",
+    "anthropic==2.17.0",
+    "livekit-agents==1.8.9",
+];
 /// A Python virtual environment with llama.cpp (llama-cpp-python, built from its source
 /// release on this machine's CPU), the reference `engine-bench` measures the engine
 /// against. Set up by `cargo xtask engine-bench` only, on first use.

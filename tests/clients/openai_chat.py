@@ -265,7 +265,8 @@ except urllib.error.HTTPError as e:
 for _ in range(40):
     keyed = urllib.request.Request(metrics_url, headers={"Authorization": f"Bearer {api_key}"})
     metrics = urllib.request.urlopen(keyed).read().decode()
-    if 'sublet_requests_in_flight{priority="1"} 0' in metrics:
+    in_flight = [line for line in metrics.splitlines() if line.startswith("sublet_requests_in_flight{")]
+    if in_flight and all(line.endswith(" 0") for line in in_flight):
         break
     time.sleep(0.25)
 out["metrics"] = metrics

@@ -5,6 +5,7 @@ use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
+use super::api::Api;
 use crate::memory::EngineMemory;
 use crate::scheduler::SchedulerState;
 
@@ -22,37 +23,44 @@ struct PerPriority {
 #[derive(Debug, Default)]
 pub struct Metrics {
     next_id: AtomicU64,
-    by_priority: Mutex<BTreeMap<i32, PerPriority>>,
+    /// By the API a request came through and its priority.
+    by_priority: Mutex<BTreeMap<(Api, i32), PerPriority>>,
     refused: Mutex<BTreeMap<u16, u64>>,
 }
 
 impl Metrics {
-    fn with<R>(&self, priority: i32, f: impl FnOnce(&mut PerPriority) -> R) -> R {
+    fn with<R>(&self, api: Api, priority: i32, f: impl FnOnce(&mut PerPriority) -> R) -> R {
         let mut map = self.by_priority.lock().unwrap_or_else(|e| e.into_inner());
-        f(map.entry(priority).or_default())
+        f(map.entry((api, priority)).or_default())
     }
 
     /// A request was admitted; returns its number.
-    pub fn started(&self, priority: i32) -> u64 {
-        self.with(priority, |p| p.started += 1);
+    pub fn started(&self, api: Api, priority: i32) -> u64 {
+        self.with(api, priority, |p| p.started += 1);
         self.next_id.fetch_add(1, Ordering::Relaxed) + 1
     }
 
-    pub fn finished(&self, priority: i32, prompt_tokens: usize, completion_tokens: usize) {
-        self.with(priority, |p| {
+    pub fn finished(
+        &self,
+        api: Api,
+        priority: i32,
+        prompt_tokens: usize,
+        completion_tokens: usize,
+    ) {
+        self.with(api, priority, |p| {
             p.finished += 1;
             p.prompt_tokens += prompt_tokens as u64;
             p.completion_tokens += completion_tokens as u64;
         });
     }
 
-    pub fn failed(&self, priority: i32) {
-        self.with(priority, |p| p.failed += 1);
+    pub fn failed(&self, api: Api, priority: i32) {
+        self.with(api, priority, |p| p.failed += 1);
     }
 
     /// The client went away before the request ended (it is cancelled in the engine).
-    pub fn cancelled(&self, priority: i32) {
-        self.with(priority, |p| p.cancelled += 1);
+    pub fn cancelled(&self, api: Api, priority: i32) {
+        self.with(api, priority, |p| p.cancelled += 1);
     }
 
     /// A request refused before it reached the engine, by HTTP status.
@@ -76,31 +84,31 @@ impl Metrics {
         let families: [(&str, &str, &str, Value); 7] = [
             (
                 "sublet_requests_started_total",
-                "Completion requests (chat or text) admitted to the engine.",
+                "Completion requests (of any API) admitted to the engine.",
                 "counter",
                 |p| p.started,
             ),
             (
                 "sublet_requests_finished_total",
-                "Completion requests (chat or text) answered to the end.",
+                "Completion requests (of any API) answered to the end.",
                 "counter",
                 |p| p.finished,
             ),
             (
                 "sublet_requests_failed_total",
-                "Completion requests (chat or text) that failed in the engine.",
+                "Completion requests (of any API) that failed in the engine.",
                 "counter",
                 |p| p.failed,
             ),
             (
                 "sublet_requests_cancelled_total",
-                "Completion requests (chat or text) whose client went away before they ended.",
+                "Completion requests (of any API) whose client went away before they ended.",
                 "counter",
                 |p| p.cancelled,
             ),
             (
                 "sublet_requests_in_flight",
-                "Completion requests (chat or text) admitted and not yet ended.",
+                "Completion requests (of any API) admitted and not yet ended.",
                 "gauge",
                 |p| {
                     p.started
@@ -122,8 +130,13 @@ impl Metrics {
         ];
         for (name, help, kind, value) in families {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-            for (priority, p) in &map {
-                let _ = writeln!(out, "{name}{{priority=\"{priority}\"}} {}", value(p));
+            for ((api, priority), p) in &map {
+                let api = api.label();
+                let _ = writeln!(
+                    out,
+                    "{name}{{api=\"{api}\",priority=\"{priority}\"}} {}",
+                    value(p)
+                );
             }
         }
         let refused = self
@@ -428,35 +441,27 @@ mod tests {
     }
 
     #[test]
-    fn renders_counts_per_priority() {
+    fn renders_counts_per_api_and_priority() {
         let m = Metrics::default();
-        m.started(1);
-        m.started(1);
-        m.started(0);
-        m.finished(1, 10, 5);
-        m.started(1);
-        m.cancelled(1);
+        m.started(Api::Chat, 1);
+        m.started(Api::Chat, 1);
+        m.started(Api::Chat, 0);
+        m.started(Api::Messages, 1);
+        m.finished(Api::Chat, 1, 10, 5);
+        m.started(Api::Chat, 1);
+        m.cancelled(Api::Chat, 1);
         m.refused(400);
         let text = m.render();
-        assert!(
-            text.contains("sublet_requests_started_total{priority=\"1\"} 3"),
-            "{text}"
-        );
-        assert!(
-            text.contains("sublet_requests_in_flight{priority=\"1\"} 1"),
-            "{text}"
-        );
-        assert!(
-            text.contains("sublet_requests_cancelled_total{priority=\"1\"} 1"),
-            "{text}"
-        );
-        assert!(
-            text.contains("sublet_completion_tokens_total{priority=\"1\"} 5"),
-            "{text}"
-        );
-        assert!(
-            text.contains("sublet_requests_refused_total{status=\"400\"} 1"),
-            "{text}"
-        );
+        for line in [
+            "sublet_requests_started_total{api=\"chat_completions\",priority=\"1\"} 3",
+            "sublet_requests_started_total{api=\"messages\",priority=\"1\"} 1",
+            "sublet_requests_in_flight{api=\"chat_completions\",priority=\"1\"} 1",
+            "sublet_requests_in_flight{api=\"messages\",priority=\"1\"} 1",
+            "sublet_requests_cancelled_total{api=\"chat_completions\",priority=\"1\"} 1",
+            "sublet_completion_tokens_total{api=\"chat_completions\",priority=\"1\"} 5",
+            "sublet_requests_refused_total{status=\"400\"} 1",
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
     }
 }

@@ -1,12 +1,15 @@
-//! The agents' door: an OpenAI-compatible HTTP API on the shared engine.
+//! The agents' door: OpenAI's and Anthropic's HTTP APIs on the shared engine.
 //!
-//! `POST /v1/chat/completions` (streamed as server-sent events or whole; with `tools`, the
-//! model's calls come back as OpenAI's `tool_calls`), `POST /v1/completions` (a text
-//! continued as it stands), `GET /v1/models`,
-//! `GET /health`, `GET /metrics` (Prometheus text, behind the key when one is set). A request may carry `priority` (lower is
-//! more urgent, as in vLLM) within the operator's range ([`Limits::priorities`]); without
-//! one it runs at [`AGENT_PRIORITY`](crate::AGENT_PRIORITY).
-//! Every refusal is an OpenAI-style JSON error and touches nothing else in flight.
+//! OpenAI's `POST /v1/chat/completions` (streamed as server-sent events or whole; with
+//! `tools`, the model's calls come back as OpenAI's `tool_calls`), `POST /v1/completions`
+//! (a text continued as it stands) and `POST /v1/responses` (the Responses API: input
+//! items, function calls, responses kept in memory for `previous_response_id`);
+//! Anthropic's `POST /v1/messages` and `POST /v1/messages/count_tokens`; `GET /v1/models`,
+//! `GET /health`, `GET /metrics` (Prometheus text, behind the key when one is set). All
+//! of them are one engine request underneath ([`api`]). A request may carry `priority`
+//! (lower is more urgent, as in vLLM) within the operator's range ([`Limits::priorities`]);
+//! without one it runs at [`AGENT_PRIORITY`](crate::AGENT_PRIORITY). Every refusal is a
+//! JSON error in its API's shape and touches nothing else in flight.
 //!
 //! What a client cannot push past: [`serve`]'s bound on connections and deadline for
 //! headers; a deadline and a size bound for the body, which must be JSON (so a web page
@@ -15,8 +18,12 @@
 //! flight (429 with `Retry-After` beyond it), a place taken only once the body is in;
 //! bounds on the fields that cost the engine work; the key compared in constant time.
 
+mod anthropic;
+pub mod api;
 mod connections;
+mod error;
 mod host;
+mod limits;
 mod metrics;
 pub mod openai;
 mod prompt_length;
@@ -39,16 +46,17 @@ use subtle::ConstantTimeEq;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::{Engine, EngineError, ReplyFormat, StreamEvent};
+use api::{Admitted, Api, Parsed};
 pub use connections::{serve, ConnectionLimits};
+pub use error::ApiError;
 pub use host::name_of as host_name;
+pub use limits::Limits;
 pub use metrics::Metrics;
-pub use openai::Limits;
-use openai::{Answer, Api, ApiError, Parsed};
 
 /// How the server behaves.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
-    /// Required as `Authorization: Bearer <key>` when set.
+    /// Required as `Authorization: Bearer <key>` or `x-api-key: <key>` when set.
     pub api_key: Option<String>,
     /// Largest request body accepted, in bytes (default 4 MiB).
     pub max_body_bytes: usize,
@@ -98,6 +106,8 @@ struct AppState {
     in_flight: Arc<Semaphore>,
     /// `/metrics`' costly lines (the heap's figures, the process's own), sampled.
     memory_lines: crate::memory::Sampled<Arc<str>>,
+    /// Responses kept for `previous_response_id`.
+    kept: openai::responses::Kept,
 }
 
 /// The HTTP routes, ready for [`serve`].
@@ -108,22 +118,37 @@ pub fn router(engine: Arc<Engine>, config: ServerConfig, metrics: Arc<Metrics>) 
         config,
         metrics,
         memory_lines: crate::memory::Sampled::new(crate::memory::SAMPLE_EVERY),
+        kept: openai::responses::Kept::default(),
     });
+    let door = |api: Api| {
+        post(
+            move |State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body| async move {
+                answer(api, &state, &headers, body).await
+            },
+        )
+    };
     Router::new()
-        .route("/v1/chat/completions", post(chat_completions))
-        .route("/v1/completions", post(text_completions))
+        .route("/v1/chat/completions", door(Api::Chat))
+        .route("/v1/completions", door(Api::Text))
+        .route("/v1/responses", door(Api::Responses))
+        .route("/v1/messages", door(Api::Messages))
+        .route("/v1/messages/count_tokens", post(count_tokens))
         .route("/v1/models", get(models))
         .route("/health", get(|| async { "ok" }))
         .route("/metrics", get(metrics_text))
         .fallback(|| async {
-            error_response(&ApiError::new(404, "not_found_error", "no such route"))
+            error_response(
+                Api::Chat,
+                &ApiError::new(404, "not_found_error", "no such route"),
+            )
         })
         .with_state(state)
 }
 
-fn error_response(error: &ApiError) -> Response {
+/// A refusal in `api`'s shape (OpenAI's for the routes that belong to no API).
+fn error_response(api: Api, error: &ApiError) -> Response {
     let status = StatusCode::from_u16(error.status).unwrap_or(StatusCode::BAD_REQUEST);
-    let mut response = (status, Json(error.body())).into_response();
+    let mut response = (status, Json(api.error_body(error))).into_response();
     if let Some(seconds) = error.retry_after_s {
         response
             .headers_mut()
@@ -136,16 +161,18 @@ fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(key) = &state.config.api_key else {
         return host::check(headers, &state.config.allowed_hosts);
     };
+    // OpenAI's clients send the key as a bearer token, Anthropic's as `x-api-key`.
     let given = headers
         .get(header::AUTHORIZATION)
-        .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "));
+        .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
+        .or_else(|| headers.get("x-api-key").map(HeaderValue::as_bytes));
     // In constant time: how long a wrong key takes to refuse says nothing of the key.
     match given.is_some_and(|given| bool::from(given.ct_eq(key.as_bytes()))) {
         true => Ok(()),
         false => Err(ApiError::new(
             401,
             "authentication_error",
-            "missing or wrong API key (send Authorization: Bearer <key>)",
+            "missing or wrong API key (send Authorization: Bearer <key>, or x-api-key: <key>)",
         )),
     }
 }
@@ -197,7 +224,7 @@ fn now_s() -> u64 {
 
 async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     if let Err(e) = authorize(&state, &headers) {
-        return error_response(&e);
+        return error_response(Api::Chat, &e);
     }
     Json(json!({"object": "list", "data": [{
         "id": state.engine.model_name(), "object": "model", "created": 0, "owned_by": "sublet",
@@ -209,7 +236,7 @@ async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Respo
 /// figures as last sampled (at most a second old). Behind the key when one is set.
 async fn metrics_text(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     if let Err(e) = authorize(&state, &headers) {
-        return error_response(&e);
+        return error_response(Api::Chat, &e);
     }
     let memory = state.memory_lines.get(|| {
         let more = state.config.more_metrics.as_ref();
@@ -226,20 +253,31 @@ async fn metrics_text(State(state): State<Arc<AppState>>, headers: HeaderMap) ->
         .into_response()
 }
 
-async fn chat_completions(
+/// Anthropic's `count_tokens`: a Messages request's prompt in tokens, counted off the
+/// engine's thread (see [`prompt_length::count`]).
+async fn count_tokens(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    answer(Api::Chat, &state, &headers, body).await
-}
-
-async fn text_completions(
-    State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    answer(Api::Text, &state, &headers, body).await
+    let counted = async {
+        authorize(&state, &headers)?;
+        require_json(&headers)?;
+        let body = read_body(&state.config, body).await?;
+        let request = anthropic::counted_request(&body, &state.config.limits)?;
+        let counter = state
+            .engine
+            .token_counter()
+            .ok_or_else(|| ApiError::server("this engine cannot count tokens"))?;
+        prompt_length::count(counter, &request).await
+    };
+    match counted.await {
+        Ok(tokens) => Json(json!({"input_tokens": tokens})).into_response(),
+        Err(error) => {
+            state.metrics.refused(error.status);
+            error_response(Api::Messages, &error)
+        }
+    }
 }
 
 async fn answer(api: Api, state: &Arc<AppState>, headers: &HeaderMap, body: Body) -> Response {
@@ -247,9 +285,9 @@ async fn answer(api: Api, state: &Arc<AppState>, headers: &HeaderMap, body: Body
         Ok(response) => response,
         Err(Unserved::Refused(error)) => {
             state.metrics.refused(error.status);
-            error_response(&error)
+            error_response(api, &error)
         }
-        Err(Unserved::Failed(error)) => error_response(&error),
+        Err(Unserved::Failed(error)) => error_response(api, &error),
     }
 }
 
@@ -284,19 +322,19 @@ async fn serve_request(
                 state.config.max_in_flight
             ))
         })?;
-    let parsed = api.parse(&body, &state.config.limits);
+    let parsed = api.parse(&body, &state.config.limits, &state.kept);
     // Only the parsed request lives on while it is answered.
     drop(body);
     let Parsed {
         mut request,
         stream,
-        include_usage,
+        mut answer,
     } = parsed?;
     if let (Some(counter), Some(max_len)) = (
         state.engine.token_counter(),
         state.engine.max_sequence_length(),
     ) {
-        prompt_length::check(counter, max_len, &request).await?;
+        prompt_length::check(counter, max_len, &request, api.prompt_field()).await?;
     }
     // A schema is compiled here, on a blocking worker, never on the engine's thread.
     if let (ReplyFormat::JsonSchema(schema), Some(grammar)) =
@@ -306,7 +344,7 @@ async fn serve_request(
         let compiled = tokio::task::spawn_blocking(move || grammar.compile(&schema))
             .await
             .map_err(|e| ApiError::server(format!("compiling the schema: {e}")))?
-            .map_err(|refused| ApiError::invalid(Some("response_format"), refused.to_string()))?;
+            .map_err(|refused| ApiError::invalid(Some(api.format_field()), refused.to_string()))?;
         request.format = ReplyFormat::Compiled(compiled);
     }
     let priority = request.priority;
@@ -314,16 +352,16 @@ async fn serve_request(
     // it waits for its first token.
     let mut ending = Ending {
         metrics: state.metrics.clone(),
+        api,
         priority,
         ended: false,
         _permit: permit,
     };
-    let mut answer = Answer::new(
-        api,
-        state.metrics.started(priority),
-        now_s(),
-        state.engine.model_name().to_string(),
-    );
+    let admitted = Admitted {
+        number: state.metrics.started(api, priority),
+        created: now_s(),
+        model: state.engine.model_name().to_string(),
+    };
     let mut reply = match state.engine.chat_async(request).await {
         Ok(reply) => reply,
         Err(e) => {
@@ -361,7 +399,8 @@ async fn serve_request(
                 Some(Ok(StreamEvent::ToolCalls(c))) => calls.extend(c),
                 Some(Ok(StreamEvent::Done(finish))) => {
                     ending.finished(finish.prompt_tokens, finish.completion_tokens);
-                    return Ok(Json(answer.whole(text, &calls, &finish)).into_response());
+                    let whole = answer.whole(&admitted, text, calls, &finish);
+                    return Ok(Json(whole).into_response());
                 }
                 Some(Err(e)) => {
                     ending.failed();
@@ -376,17 +415,23 @@ async fn serve_request(
         }
     }
 
-    // Streamed: one event per piece of text, the finish, optionally usage, then [DONE].
-    // The client going away drops this stream, and with it the request in the engine.
+    // Streamed: the API's events for each of the engine's, then its end (OpenAI's chat:
+    // `[DONE]`). The client going away drops this stream, and with it the request in the
+    // engine.
     let mut pending = Some(first);
+    let mut ready = std::collections::VecDeque::<Event>::new();
     let mut done = false;
     let events = futures::stream::poll_fn(
         move |cx| -> std::task::Poll<Option<Result<Event, Infallible>>> {
             use std::task::Poll;
             loop {
+                if let Some(event) = ready.pop_front() {
+                    return Poll::Ready(Some(Ok(event)));
+                }
                 if done {
                     return Poll::Ready(None);
                 }
+                let mut out = Vec::new();
                 let event = match pending.take() {
                     Some(e) => e,
                     None => match reply.poll_next(cx) {
@@ -395,24 +440,26 @@ async fn serve_request(
                         Poll::Ready(Some(Err(e))) => {
                             ending.failed();
                             done = true;
-                            let body = ApiError::server(e.to_string()).body();
-                            return Poll::Ready(Some(Ok(Event::default().data(body.to_string()))));
+                            let error = ApiError::server(e.to_string());
+                            ready.push_back(answer.failed(&admitted, &error));
+                            continue;
                         }
                         Poll::Ready(None) => {
                             if !ending.ended {
                                 ending.failed();
                             }
                             done = true;
-                            return Poll::Ready(Some(Ok(Event::default().data("[DONE]"))));
+                            answer.end(&mut out);
+                            ready.extend(out);
+                            continue;
                         }
                     },
                 };
                 if let StreamEvent::Done(finish) = &event {
                     ending.finished(finish.prompt_tokens, finish.completion_tokens);
                 }
-                if let Some(chunk) = answer.piece(event, include_usage) {
-                    return Poll::Ready(Some(Ok(Event::default().data(chunk.to_string()))));
-                }
+                answer.events(&admitted, event, &mut out);
+                ready.extend(out);
             }
         },
     );
@@ -425,6 +472,7 @@ async fn serve_request(
 /// either, its client gone) cancelled. It holds the request's place among those in flight.
 struct Ending {
     metrics: Arc<Metrics>,
+    api: Api,
     priority: i32,
     ended: bool,
     _permit: OwnedSemaphorePermit,
@@ -434,19 +482,19 @@ impl Ending {
     fn finished(&mut self, prompt_tokens: usize, completion_tokens: usize) {
         self.ended = true;
         self.metrics
-            .finished(self.priority, prompt_tokens, completion_tokens);
+            .finished(self.api, self.priority, prompt_tokens, completion_tokens);
     }
 
     fn failed(&mut self) {
         self.ended = true;
-        self.metrics.failed(self.priority);
+        self.metrics.failed(self.api, self.priority);
     }
 }
 
 impl Drop for Ending {
     fn drop(&mut self) {
         if !self.ended {
-            self.metrics.cancelled(self.priority);
+            self.metrics.cancelled(self.api, self.priority);
         }
     }
 }

@@ -1,10 +1,10 @@
-//! OpenAI's wire format for completions, of chats (`chat`) and of text (`completions`):
-//! what a request may hold, how it is checked, and the objects the server answers with.
+//! OpenAI's wire formats: completions of chats (`chat`) and of text (`completions`), and
+//! responses (`responses`): what a request may hold, how it is checked, and the objects
+//! the server answers with.
 
 mod chat;
 mod completions;
-
-use std::ops::RangeInclusive;
+pub mod responses;
 
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -12,44 +12,43 @@ use serde_json::{json, Value};
 pub use chat::ChatCompletionBody;
 pub use completions::CompletionBody;
 
-use crate::{ChatRequest, Finish, Prompt, Repetition, StreamEvent, ToolCall, AGENT_PRIORITY};
+use axum::response::sse::Event;
 
-/// Which of OpenAI's completion APIs a request came through; it decides the answer's shape.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Api {
-    /// `/v1/chat/completions`.
-    Chat,
-    /// `/v1/completions`: text continued, no chat template.
-    Text,
+use super::api::{Admitted, Api, Parsed};
+pub use super::error::ApiError;
+use super::limits::check_sampling;
+pub use super::limits::Limits;
+use crate::{ChatRequest, Finish, Prompt, Repetition, StreamEvent, ToolCall};
+
+/// Parses and checks a chat or text completion's body.
+pub fn parse(api: Api, body: &[u8], limits: &Limits) -> Result<Parsed, ApiError> {
+    let checked = match api {
+        Api::Text => serde_json::from_slice::<CompletionBody>(body)
+            .map_err(malformed)?
+            .into_request(limits),
+        _ => serde_json::from_slice::<ChatCompletionBody>(body)
+            .map_err(malformed)?
+            .into_request(limits),
+    }?;
+    Ok(Parsed {
+        request: checked.request,
+        stream: checked.stream,
+        answer: Box::new(Answer {
+            api,
+            include_usage: checked.include_usage,
+            role_sent: false,
+        }),
+    })
 }
 
-impl Api {
-    /// The request's field that holds its prompt.
-    pub fn prompt_field(self) -> &'static str {
-        match self {
-            Api::Chat => "messages",
-            Api::Text => "prompt",
-        }
-    }
-
-    /// Parses and checks a request's body.
-    pub fn parse(self, body: &[u8], limits: &Limits) -> Result<Parsed, ApiError> {
-        let malformed =
-            |e: serde_json::Error| ApiError::invalid(None, format!("malformed JSON body: {e}"));
-        match self {
-            Api::Chat => serde_json::from_slice::<ChatCompletionBody>(body)
-                .map_err(malformed)?
-                .into_request(limits),
-            Api::Text => serde_json::from_slice::<CompletionBody>(body)
-                .map_err(malformed)?
-                .into_request(limits),
-        }
-    }
+/// A body that is not the JSON its API takes.
+pub(super) fn malformed(e: serde_json::Error) -> ApiError {
+    ApiError::invalid(None, format!("malformed JSON body: {e}"))
 }
 
-/// A checked request.
+/// A checked chat or text completion request.
 #[derive(Debug)]
-pub struct Parsed {
+pub struct Checked {
     pub request: ChatRequest,
     /// Answered as server-sent events.
     pub stream: bool,
@@ -83,42 +82,13 @@ pub struct Settings {
 
 impl Settings {
     /// Checks the settings and makes the engine's request for `prompt`.
-    fn into_request(self, prompt: Prompt, limits: &Limits) -> Result<Parsed, ApiError> {
+    fn into_request(self, prompt: Prompt, limits: &Limits) -> Result<Checked, ApiError> {
         if self.n.is_some_and(|n| n != 1) {
             return Err(ApiError::invalid(Some("n"), "only n = 1 is supported"));
         }
-        let max_tokens = match self.max_completion_tokens.or(self.max_tokens) {
-            None => limits.default_max_tokens,
-            Some(0) => {
-                return Err(ApiError::invalid(
-                    Some("max_tokens"),
-                    "max_tokens must be at least 1",
-                ))
-            }
-            Some(n) if n > limits.max_tokens as u64 => {
-                return Err(ApiError::invalid(
-                    Some("max_tokens"),
-                    format!(
-                        "max_tokens {n} is more than this server allows ({})",
-                        limits.max_tokens
-                    ),
-                ))
-            }
-            Some(n) => n as usize,
-        };
-        if let Some(t) = self.temperature {
-            if !(0.0..=2.0).contains(&t) {
-                return Err(ApiError::invalid(
-                    Some("temperature"),
-                    "temperature must be between 0 and 2",
-                ));
-            }
-        }
-        if let Some(p) = self.top_p {
-            if !(p > 0.0 && p <= 1.0) {
-                return Err(ApiError::invalid(Some("top_p"), "top_p must be in (0, 1]"));
-            }
-        }
+        let max_tokens =
+            limits.max_tokens("max_tokens", self.max_completion_tokens.or(self.max_tokens))?;
+        check_sampling(self.temperature, 2.0, self.top_p)?;
         for (name, value) in [
             ("frequency_penalty", self.frequency_penalty),
             ("presence_penalty", self.presence_penalty),
@@ -135,18 +105,7 @@ impl Settings {
             Some(Stop::One(text)) => vec![text],
             Some(Stop::Many(texts)) => texts,
         };
-        if stop.len() > MAX_STOPS || stop.iter().any(|s| s.is_empty()) {
-            return Err(ApiError::invalid(
-                Some("stop"),
-                format!("stop takes at most {MAX_STOPS} texts, none of them empty"),
-            ));
-        }
-        // The engine searches each stop text after every token, on its one thread.
-        let longest = stop.iter().map(String::len).max().unwrap_or(0);
-        ApiError::at_most("stop", longest, limits.max_stop_bytes, || {
-            format!("a stop text of {longest} bytes")
-        })?;
-        Ok(Parsed {
+        Ok(Checked {
             request: ChatRequest {
                 max_tokens,
                 temperature: self.temperature,
@@ -158,11 +117,8 @@ impl Settings {
                     presence_penalty: self.presence_penalty,
                     dry_multiplier: None,
                 },
-                priority: self
-                    .priority
-                    .unwrap_or(AGENT_PRIORITY)
-                    .clamp(*limits.priorities.start(), *limits.priorities.end()),
-                stop,
+                priority: limits.priority(self.priority),
+                stop: limits.stops("stop", stop)?,
                 ..ChatRequest::of(prompt, 0)
             },
             stream: self.stream,
@@ -179,204 +135,95 @@ pub enum Stop {
     Many(Vec<String>),
 }
 
-/// Most stop texts a request may give, as OpenAI allows.
-const MAX_STOPS: usize = 4;
-
 #[derive(Debug, Deserialize)]
 pub struct StreamOptions {
     #[serde(default)]
     pub include_usage: bool,
 }
 
-/// A client error: HTTP status, OpenAI error type, the offending parameter, a message.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ApiError {
-    pub status: u16,
-    pub kind: &'static str,
-    pub param: Option<&'static str>,
-    pub message: String,
-    /// OpenAI's code for the case, where it names one (`context_length_exceeded`).
-    pub code: Option<&'static str>,
-    /// Seconds after which the client may try again (sent as `Retry-After`).
-    pub retry_after_s: Option<u32>,
-}
-
-impl ApiError {
-    pub fn new(status: u16, kind: &'static str, message: impl Into<String>) -> Self {
-        Self {
-            status,
-            kind,
-            param: None,
-            message: message.into(),
-            code: None,
-            retry_after_s: None,
-        }
-    }
-
-    pub fn invalid(param: Option<&'static str>, message: impl Into<String>) -> Self {
-        Self {
-            param,
-            ..Self::new(400, "invalid_request_error", message)
-        }
-    }
-
-    /// `Err` naming `field` when `found` is over `most`: "`what`; this server takes at most
-    /// `most`" (every bound on a field that costs the engine work says it so).
-    pub fn at_most(
-        field: &'static str,
-        found: usize,
-        most: usize,
-        what: impl FnOnce() -> String,
-    ) -> Result<(), Self> {
-        if found <= most {
-            return Ok(());
-        }
-        let message = format!("{}; this server takes at most {most}", what());
-        Err(Self::invalid(Some(field), message))
-    }
-
-    /// A failure on the server's side (500).
-    pub fn server(message: impl Into<String>) -> Self {
-        Self::new(500, "server_error", message)
-    }
-
-    /// The server is at its bound on requests in flight (429, try again shortly).
-    pub fn busy(message: impl Into<String>) -> Self {
-        Self {
-            retry_after_s: Some(1),
-            ..Self::new(429, "rate_limit_error", message)
-        }
-    }
-
-    pub fn body(&self) -> Value {
-        json!({"error": {
-            "message": self.message,
-            "type": self.kind,
-            "param": self.param,
-            "code": self.code,
-        }})
-    }
-}
-
-/// Limits the server enforces before a request reaches the engine.
-#[derive(Debug, Clone)]
-pub struct Limits {
-    /// Most tokens a reply may ask for (default 2048).
-    pub max_tokens: usize,
-    /// Reply length when the request names none (default 256).
-    pub default_max_tokens: usize,
-    /// Messages a request may hold (default 4096): each costs the chat template work on
-    /// the engine's thread before any length check.
-    pub max_messages: usize,
-    /// The priorities a request may take (default [`AGENT_PRIORITY`] to 9 below it): one
-    /// asking for more urgency gets the range's most urgent, one asking for less its least.
-    /// Voice turns come in process at a more urgent priority, so no client outranks a
-    /// caller unless the operator widens this; the bound also bounds `/metrics`' rows.
-    pub priorities: RangeInclusive<i32>,
-    /// Longest stop text, in bytes (default 256): mistral.rs tokenizes each at admission
-    /// and searches the reply for it after every token, on the engine's thread.
-    pub max_stop_bytes: usize,
-    /// Tools a request may offer (default 128, OpenAI's bound).
-    pub max_tools: usize,
-    /// Their definitions together, as JSON (default 64 KiB): the chat template renders
-    /// them into the prompt and the grammar constraint compiles their parameters.
-    pub max_tools_bytes: usize,
-    /// A `response_format` schema, as JSON (default 64 KiB), compiled into a grammar on
-    /// the engine's thread.
-    pub max_schema_bytes: usize,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Self {
-            max_tokens: 2048,
-            default_max_tokens: 256,
-            max_messages: 4096,
-            priorities: AGENT_PRIORITY..=AGENT_PRIORITY + 9,
-            max_stop_bytes: 256,
-            max_tools: 128,
-            max_tools_bytes: 64 << 10,
-            max_schema_bytes: 64 << 10,
-        }
-    }
-}
-
-/// One answer as OpenAI shapes it, whole or piece by piece.
+/// One answer as OpenAI's chat and text completions shape it, whole or chunk by chunk.
 pub struct Answer {
     api: Api,
-    id: String,
-    created: u64,
-    model: String,
+    /// The stream's last chunk carries the token counts.
+    include_usage: bool,
     /// A streamed chat names the speaker in its first delta only.
     role_sent: bool,
 }
 
-impl Answer {
-    /// An answer to the `number`th request.
-    pub fn new(api: Api, number: u64, created: u64, model: String) -> Self {
-        let prefix = match api {
-            Api::Chat => "chatcmpl",
-            Api::Text => "cmpl",
-        };
-        Self {
-            api,
-            id: format!("{prefix}-{number}"),
-            created,
-            model,
-            role_sent: false,
-        }
-    }
-
-    /// The whole answer, for a request not streamed.
-    pub fn whole(&self, text: String, calls: &[ToolCall], finish: &Finish) -> Value {
+impl super::api::Answer for Answer {
+    fn whole(
+        &mut self,
+        admitted: &Admitted,
+        text: String,
+        calls: Vec<ToolCall>,
+        finish: &Finish,
+    ) -> Value {
         let reason = finish.reason.as_str();
         let choice = match self.api {
-            Api::Chat => {
+            Api::Text => {
+                json!({"index": 0, "text": text, "logprobs": null, "finish_reason": reason})
+            }
+            _ => {
                 let mut message = json!({"role": "assistant", "content": text});
                 if !calls.is_empty() {
-                    message["tool_calls"] = chat::tool_calls(calls, false);
+                    message["tool_calls"] = chat::tool_calls(&calls, false);
                     if text.is_empty() {
                         message["content"] = Value::Null;
                     }
                 }
                 json!({"index": 0, "message": message, "finish_reason": reason})
             }
-            Api::Text => {
-                json!({"index": 0, "text": text, "logprobs": null, "finish_reason": reason})
-            }
         };
-        let mut whole = self.envelope(choice);
+        let mut whole = self.envelope(admitted, choice);
         whole["object"] = json!(match self.api {
-            Api::Chat => "chat.completion",
             Api::Text => "text_completion",
+            _ => "chat.completion",
         });
         whole["usage"] = usage(finish);
         whole
     }
 
+    fn events(&mut self, admitted: &Admitted, event: StreamEvent, out: &mut Vec<Event>) {
+        if let Some(chunk) = self.chunk(admitted, event) {
+            out.push(Event::default().data(chunk.to_string()));
+        }
+    }
+
+    fn end(&mut self, out: &mut Vec<Event>) {
+        out.push(Event::default().data("[DONE]"));
+    }
+
+    fn failed(&mut self, _: &Admitted, error: &ApiError) -> Event {
+        Event::default().data(error.body().to_string())
+    }
+}
+
+impl Answer {
     /// A streamed answer's chunk for `event` (`None` for what this API cannot carry).
-    pub fn piece(&mut self, event: StreamEvent, include_usage: bool) -> Option<Value> {
-        let choice = match (self.api, event) {
-            (Api::Chat, StreamEvent::Text(text)) => json!({"content": text}),
-            (Api::Chat, StreamEvent::ToolCalls(calls)) => {
-                json!({"tool_calls": chat::tool_calls(&calls, true)})
-            }
-            (Api::Text, StreamEvent::Text(text)) => {
+    fn chunk(&mut self, admitted: &Admitted, event: StreamEvent) -> Option<Value> {
+        let text_api = self.api == Api::Text;
+        let choice = match event {
+            StreamEvent::Text(text) if text_api => {
                 return Some(self.envelope(
+                    admitted,
                     json!({"index": 0, "text": text, "logprobs": null, "finish_reason": null}),
                 ));
             }
-            (Api::Text, StreamEvent::ToolCalls(_)) => return None,
-            (api, StreamEvent::Done(finish)) => {
+            StreamEvent::ToolCalls(_) if text_api => return None,
+            StreamEvent::Text(text) => json!({"content": text}),
+            StreamEvent::ToolCalls(calls) => {
+                json!({"tool_calls": chat::tool_calls(&calls, true)})
+            }
+            StreamEvent::Done(finish) => {
                 let reason = finish.reason.as_str();
-                let choice = match api {
-                    Api::Chat => json!({"index": 0, "delta": {}, "finish_reason": reason}),
-                    Api::Text => {
+                let choice = match text_api {
+                    false => json!({"index": 0, "delta": {}, "finish_reason": reason}),
+                    true => {
                         json!({"index": 0, "text": "", "logprobs": null, "finish_reason": reason})
                     }
                 };
-                let mut last = self.envelope(choice);
-                if include_usage {
+                let mut last = self.envelope(admitted, choice);
+                if self.include_usage {
                     last["usage"] = usage(&finish);
                 }
                 return Some(last);
@@ -387,19 +234,23 @@ impl Answer {
             self.role_sent = true;
             delta["role"] = json!("assistant");
         }
-        Some(self.envelope(json!({"index": 0, "delta": delta, "finish_reason": null})))
+        Some(self.envelope(
+            admitted,
+            json!({"index": 0, "delta": delta, "finish_reason": null}),
+        ))
     }
 
     /// A chunk (or, its object renamed, the whole answer) around one choice.
-    fn envelope(&self, choice: Value) -> Value {
+    fn envelope(&self, admitted: &Admitted, choice: Value) -> Value {
+        let (prefix, object) = match self.api {
+            Api::Text => ("cmpl", "text_completion"),
+            _ => ("chatcmpl", "chat.completion.chunk"),
+        };
         json!({
-            "id": self.id,
-            "object": match self.api {
-                Api::Chat => "chat.completion.chunk",
-                Api::Text => "text_completion",
-            },
-            "created": self.created,
-            "model": self.model,
+            "id": format!("{prefix}-{}", admitted.number),
+            "object": object,
+            "created": admitted.created,
+            "model": admitted.model,
             "choices": [choice],
         })
     }

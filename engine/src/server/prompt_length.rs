@@ -13,13 +13,15 @@ use std::borrow::Cow;
 
 use crate::{ChatRequest, Prompt, TokenCounter};
 
-use super::openai::{Api, ApiError};
+use super::error::ApiError;
 
-/// `Err` if `request`'s prompt cannot fit in `max_len` tokens.
+/// `Err` if `request`'s prompt cannot fit in `max_len` tokens; `field` is the request's
+/// field that holds the prompt, named in the refusal.
 pub(super) async fn check(
     counter: &TokenCounter,
     max_len: usize,
     request: &ChatRequest,
+    field: &'static str,
 ) -> Result<(), ApiError> {
     let texts = rendered_texts(request);
     let text = texts.join("\n");
@@ -32,31 +34,67 @@ pub(super) async fn check(
     let limit = max_len + texts.len();
     let at_least = counter.at_least(&text);
     if at_least > limit {
-        return Err(too_long(format!("at least {at_least}"), max_len, request));
+        return Err(too_long(
+            format!("at least {at_least}"),
+            max_len,
+            request,
+            field,
+        ));
     }
     let counter = counter.clone();
     let tokens = tokio::task::spawn_blocking(move || counter.count(&text))
         .await
         .map_err(|e| ApiError::server(format!("counting the prompt's tokens: {e}")))?;
     match tokens {
-        Some(tokens) if tokens > limit => Err(too_long(tokens.to_string(), max_len, request)),
+        Some(tokens) if tokens > limit => {
+            Err(too_long(tokens.to_string(), max_len, request, field))
+        }
         _ => Ok(()),
     }
 }
 
-fn too_long(tokens: String, max_len: usize, request: &ChatRequest) -> ApiError {
-    let (api, what) = match &request.prompt {
-        Prompt::Chat(_) if !request.tools.is_empty() => (Api::Chat, "the messages and tools take"),
-        Prompt::Chat(_) => (Api::Chat, "the messages take"),
-        Prompt::Text(_) => (Api::Text, "the prompt takes"),
+fn too_long(
+    tokens: String,
+    max_len: usize,
+    request: &ChatRequest,
+    field: &'static str,
+) -> ApiError {
+    let what = match &request.prompt {
+        Prompt::Chat(_) if !request.tools.is_empty() => "the messages and tools take",
+        Prompt::Chat(_) => "the messages take",
+        Prompt::Text(_) => "the prompt takes",
     };
     ApiError {
         code: Some("context_length_exceeded"),
         ..ApiError::invalid(
-            Some(api.prompt_field()),
+            Some(field),
             format!("{what} {tokens} tokens; this model takes at most {max_len}"),
         )
     }
+}
+
+/// Tokens the chat template adds around each message, as an estimate (SmolLM2's and
+/// Qwen's ChatML: `<|im_start|>`, the role, a newline, `<|im_end|>`, a newline).
+const TEMPLATE_TOKENS_PER_MESSAGE: usize = 5;
+
+/// `request`'s prompt in tokens, as Anthropic's `count_tokens` gives it: every text the
+/// chat template renders, tokenized on a blocking worker, and an estimate of the
+/// template's own tokens.
+pub(super) async fn count(
+    counter: &TokenCounter,
+    request: &ChatRequest,
+) -> Result<usize, ApiError> {
+    let text = rendered_texts(request).join("\n");
+    let messages = match &request.prompt {
+        Prompt::Chat(messages) => messages.len(),
+        Prompt::Text(_) => 0,
+    };
+    let counter = counter.clone();
+    let tokens = tokio::task::spawn_blocking(move || counter.count(&text))
+        .await
+        .map_err(|e| ApiError::server(format!("counting the prompt's tokens: {e}")))?
+        .ok_or_else(|| ApiError::server("the tokenizer failed on the prompt"))?;
+    Ok(tokens + TEMPLATE_TOKENS_PER_MESSAGE * messages)
 }
 
 /// The texts of `request` that its chat template renders into the prompt.
@@ -93,7 +131,7 @@ mod tests {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
-        runtime.block_on(check(&counter, 1000, request))
+        runtime.block_on(check(&counter, 1000, request, "messages"))
     }
 
     #[test]

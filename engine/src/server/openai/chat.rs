@@ -4,7 +4,8 @@
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{ApiError, Limits, Parsed, Settings};
+use super::{ApiError, Checked, Limits, Settings};
+use crate::server::limits::checked_choice;
 use crate::{Message, Prompt, ReplyFormat, Role, Tool, ToolCall, ToolChoice};
 
 /// A chat completion request as clients send it. Unknown fields are ignored, as OpenAI's
@@ -34,32 +35,6 @@ pub struct WireFunction {
     pub name: String,
     pub description: Option<String>,
     pub parameters: Option<serde_json::Map<String, Value>>,
-}
-
-impl WireTool {
-    /// What the tool's definition weighs: its name, description and parameters' JSON.
-    fn json_bytes(&self) -> usize {
-        let f = &self.function;
-        f.name.len()
-            + f.description.as_ref().map_or(0, String::len)
-            + f.parameters.as_ref().map_or(0, json_bytes)
-    }
-}
-
-/// `value`'s length as compact JSON, counted without writing the text out.
-pub(in crate::server) fn json_bytes(value: &impl serde::Serialize) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0 += bytes.len();
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    serde_json::to_writer(&mut count, value).map_or(usize::MAX, |()| count.0)
 }
 
 #[derive(Debug, Deserialize)]
@@ -133,7 +108,7 @@ pub struct ContentPart {
 
 impl ChatCompletionBody {
     /// Checks the request and turns it into the engine's.
-    pub fn into_request(self, limits: &Limits) -> Result<Parsed, ApiError> {
+    pub fn into_request(self, limits: &Limits) -> Result<Checked, ApiError> {
         if self.messages.is_empty() {
             return Err(ApiError::invalid(
                 Some("messages"),
@@ -222,10 +197,7 @@ impl ChatCompletionBody {
             }
         };
         if let ReplyFormat::JsonSchema(schema) = &parsed.request.format {
-            let bytes = json_bytes(schema);
-            ApiError::at_most("response_format", bytes, limits.max_schema_bytes, || {
-                format!("a schema of {bytes} bytes")
-            })?;
+            limits.schema("response_format", schema)?;
         }
         (parsed.request.tools, parsed.request.tool_choice) =
             tools(self.tools, self.tool_choice, limits)?;
@@ -241,16 +213,8 @@ fn tools(
     choice: Option<WireToolChoice>,
     limits: &Limits,
 ) -> Result<(Vec<Tool>, ToolChoice), ApiError> {
-    let tools = tools.unwrap_or_default();
-    ApiError::at_most("tools", tools.len(), limits.max_tools, || {
-        format!("{} tools", tools.len())
-    })?;
-    let bytes: usize = tools.iter().map(WireTool::json_bytes).sum();
-    ApiError::at_most("tools", bytes, limits.max_tools_bytes, || {
-        format!("tools of {bytes} bytes")
-    })?;
-    let mut checked = Vec::new();
-    for (i, tool) in tools.into_iter().enumerate() {
+    let mut offered = Vec::new();
+    for (i, tool) in tools.unwrap_or_default().into_iter().enumerate() {
         if tool.kind != "function" {
             return Err(ApiError::invalid(
                 Some("tools"),
@@ -260,52 +224,32 @@ fn tools(
                 ),
             ));
         }
-        if tool.function.name.is_empty() {
-            return Err(ApiError::invalid(
-                Some("tools"),
-                format!("tools[{i}] has no name"),
-            ));
-        }
-        checked.push(Tool {
+        offered.push(Tool {
             name: tool.function.name,
             description: tool.function.description,
             parameters: tool.function.parameters,
         });
     }
+    let offered = limits.tools("tools", offered)?;
     let choice = match choice {
-        None => ToolChoice::Auto,
-        Some(_) if checked.is_empty() => {
-            return Err(ApiError::invalid(
-                Some("tool_choice"),
-                "tool_choice is only allowed with tools",
-            ))
-        }
-        Some(WireToolChoice::Mode(mode)) => match mode.as_str() {
-            "auto" => ToolChoice::Auto,
-            "none" => ToolChoice::None,
-            other => {
-                return Err(ApiError::invalid(
-                    Some("tool_choice"),
-                    format!(
-                        "tool_choice {other:?} is not served: use auto, none, or name a function"
-                    ),
-                ))
-            }
-        },
-        Some(WireToolChoice::Function { function }) => {
-            if !checked.iter().any(|t| t.name == function.name) {
-                return Err(ApiError::invalid(
-                    Some("tool_choice"),
-                    format!(
-                        "tool_choice names {:?}, which is not among the tools",
-                        function.name
-                    ),
-                ));
-            }
-            ToolChoice::Function(function.name)
-        }
+        None => None,
+        Some(WireToolChoice::Mode(mode)) => Some(mode_choice(&mode)?),
+        Some(WireToolChoice::Function { function }) => Some(ToolChoice::Function(function.name)),
     };
-    Ok((checked, choice))
+    let choice = checked_choice("tool_choice", choice, &offered)?;
+    Ok((offered, choice))
+}
+
+/// `tool_choice` given as a mode, as both of OpenAI's APIs take it.
+pub(super) fn mode_choice(mode: &str) -> Result<ToolChoice, ApiError> {
+    match mode {
+        "auto" => Ok(ToolChoice::Auto),
+        "none" => Ok(ToolChoice::None),
+        other => Err(ApiError::invalid(
+            Some("tool_choice"),
+            format!("tool_choice {other:?} is not served: use auto, none, or name a function"),
+        )),
+    }
 }
 
 /// Tool calls as OpenAI's messages carry them, and its stream's deltas (`indexed`: each

@@ -7,7 +7,7 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{ApiError, Limits, Parsed, Settings};
+use super::{ApiError, Checked, Limits, Settings};
 use crate::Prompt;
 
 /// A completion request as clients send it. Unknown fields are ignored.
@@ -25,7 +25,7 @@ pub struct CompletionBody {
 
 impl CompletionBody {
     /// Checks the request and turns it into the engine's.
-    pub fn into_request(self, limits: &Limits) -> Result<Parsed, ApiError> {
+    pub fn into_request(self, limits: &Limits) -> Result<Checked, ApiError> {
         let text = match self.prompt {
             Value::String(text) => text,
             Value::Array(mut list) if list.len() == 1 && list[0].is_string() => match list.pop() {

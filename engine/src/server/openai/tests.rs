@@ -1,7 +1,8 @@
 //! What the wire format takes and refuses.
 
+use super::super::api::Answer as _;
 use super::*;
-use crate::{FinishReason, Message, Role, ToolChoice};
+use crate::{FinishReason, Message, Role, ToolChoice, AGENT_PRIORITY};
 
 fn limits() -> Limits {
     Limits {
@@ -12,16 +13,34 @@ fn limits() -> Limits {
 }
 
 fn parse(body: Value) -> Result<(ChatRequest, bool), ApiError> {
-    Api::Chat
-        .parse(body.to_string().as_bytes(), &limits())
-        .map(|p| (p.request, p.include_usage))
+    serde_json::from_value::<ChatCompletionBody>(body)
+        .map_err(malformed)?
+        .into_request(&limits())
+        .map(|c| (c.request, c.include_usage))
 }
 
 fn parse_text(body: Value) -> Result<ChatRequest, ApiError> {
-    Api::Text
-        .parse(body.to_string().as_bytes(), &limits())
-        .map(|p| p.request)
+    super::parse(Api::Text, body.to_string().as_bytes(), &limits()).map(|p| p.request)
 }
+
+fn answer(api: Api, include_usage: bool) -> Answer {
+    Answer {
+        api,
+        include_usage,
+        role_sent: false,
+    }
+}
+
+/// The data of each event `event` makes.
+fn chunks(answer: &mut Answer, event: StreamEvent) -> Option<Value> {
+    answer.chunk(&ADMITTED, event)
+}
+
+const ADMITTED: Admitted = Admitted {
+    number: 9,
+    created: 100,
+    model: String::new(),
+};
 
 fn messages(request: &ChatRequest) -> &[Message] {
     match &request.prompt {
@@ -230,12 +249,15 @@ fn wrong_types_and_bad_json_are_refused_with_400() {
         r#"{"messages": "hello"}"#,
         r#"{"messages": [{"role": "user", "content": "x"}"#,
     ] {
-        let err = Api::Chat.parse(body.as_bytes(), &limits()).unwrap_err();
+        let err = super::parse(Api::Chat, body.as_bytes(), &limits()).unwrap_err();
         assert_eq!(err.status, 400, "{body}: {err:?}");
     }
-    let err = Api::Text
-        .parse(br#"{"prompt": "x", "temperature": "hot"}"#, &limits())
-        .unwrap_err();
+    let err = super::parse(
+        Api::Text,
+        br#"{"prompt": "x", "temperature": "hot"}"#,
+        &limits(),
+    )
+    .unwrap_err();
     assert_eq!(err.status, 400);
 }
 
@@ -294,26 +316,27 @@ fn answers_take_each_api_s_shape() {
         prompt_tokens: 3,
         completion_tokens: 2,
     };
-    let text = Answer::new(Api::Text, 9, 100, "m".into());
-    let whole = text.whole("ab".into(), &[], &finish);
+    let mut text = answer(Api::Text, false);
+    let whole = text.whole(&ADMITTED, "ab".into(), vec![], &finish);
     assert_eq!(whole["id"], "cmpl-9");
     assert_eq!(whole["object"], "text_completion");
     assert_eq!(whole["choices"][0]["text"], "ab");
     assert_eq!(whole["choices"][0]["finish_reason"], "length");
     assert_eq!(whole["usage"]["total_tokens"], 5);
 
-    let mut chat = Answer::new(Api::Chat, 9, 100, "m".into());
-    let first = chat.piece(StreamEvent::Text("a".into()), true).unwrap();
-    let second = chat.piece(StreamEvent::Text("b".into()), true).unwrap();
+    let mut chat = answer(Api::Chat, true);
+    let first = chunks(&mut chat, StreamEvent::Text("a".into())).unwrap();
+    let second = chunks(&mut chat, StreamEvent::Text("b".into())).unwrap();
     assert_eq!(first["object"], "chat.completion.chunk");
     assert_eq!(first["choices"][0]["delta"]["role"], "assistant");
     assert_eq!(second["choices"][0]["delta"], json!({"content": "b"}));
-    let last = chat.piece(StreamEvent::Done(finish.clone()), true).unwrap();
+    let last = chunks(&mut chat, StreamEvent::Done(finish.clone())).unwrap();
     assert_eq!(last["choices"][0]["finish_reason"], "length");
     assert_eq!(last["usage"]["completion_tokens"], 2);
     let whole = chat.whole(
+        &ADMITTED,
         String::new(),
-        &[ToolCall {
+        vec![ToolCall {
             id: "c".into(),
             name: "f".into(),
             arguments: "{}".into(),
@@ -327,9 +350,9 @@ fn answers_take_each_api_s_shape() {
         "f"
     );
 
-    let mut text = Answer::new(Api::Text, 9, 100, "m".into());
-    let piece = text.piece(StreamEvent::Text("a".into()), false).unwrap();
+    let mut text = answer(Api::Text, false);
+    let piece = chunks(&mut text, StreamEvent::Text("a".into())).unwrap();
     assert_eq!(piece["choices"][0]["text"], "a");
-    let last = text.piece(StreamEvent::Done(finish), false).unwrap();
+    let last = chunks(&mut text, StreamEvent::Done(finish)).unwrap();
     assert!(last.get("usage").is_none());
 }
