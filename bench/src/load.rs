@@ -24,6 +24,13 @@ pub enum ClientKind {
     Urgent,
     /// A whole (not streamed) legacy completion.
     Whole,
+    /// A streamed Anthropic Messages request as Claude Code sends one (`claude -p` with
+    /// `--system-prompt` and `--tools ""`): system blocks, the environment as a system
+    /// message, adaptive thinking, metadata.
+    ClaudeCode,
+    /// A streamed Responses request as Codex sends one: a developer message, the user's,
+    /// function tools, `store: false`.
+    Codex,
     /// Sends a streamed request and hangs up within a moment, often while it is queued.
     Vanishing,
     /// Sends one header line and then nothing.
@@ -173,6 +180,34 @@ fn request(kind: ClientKind, n: usize) -> Vec<u8> {
                 serde_json::json!({"prompt": format!("The number {n} is"), "max_tokens": 16});
             post("/v1/completions", "application/json", &body.to_string())
         }
+        ClientKind::ClaudeCode => {
+            let body = serde_json::json!({
+                "model": "claude-opus-5-5", "max_tokens": 64, "stream": true,
+                "system": [{"type": "text", "text": "You are a Claude agent."},
+                           {"type": "text", "text": "You are brief.", "cache_control": {"type": "ephemeral"}}],
+                "messages": [{"role": "user", "content": question},
+                             {"role": "system", "content": [{"type": "text", "text": "# Environment\n - Platform: linux"}]}],
+                "tools": [], "thinking": {"type": "adaptive"}, "metadata": {"user_id": format!("load-{n}")},
+            });
+            post(
+                "/v1/messages?beta=true",
+                "application/json",
+                &body.to_string(),
+            )
+        }
+        ClientKind::Codex => {
+            let body = serde_json::json!({
+                "model": "SmolLM2-135M-Instruct.Q4_1", "stream": true, "store": false,
+                "max_output_tokens": 64, "tool_choice": "auto", "parallel_tool_calls": true,
+                "input": [
+                    {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "You are a brief coding assistant."}]},
+                    {"type": "message", "role": "user", "content": [{"type": "input_text", "text": question}]},
+                ],
+                "tools": [{"type": "function", "name": "exec_command", "description": "Runs a command.",
+                           "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]}}],
+            });
+            post("/v1/responses", "application/json", &body.to_string())
+        }
         ClientKind::LongStops => {
             static BODY: LazyLock<Vec<u8>> = LazyLock::new(|| {
                 let stop = "s".repeat(256 << 10);
@@ -302,6 +337,18 @@ pub async fn send(target: &Target, kind: ClientKind, n: usize) -> Outcome {
             true => Outcome::Served,
             false => Outcome::NoAnswer,
         },
+        200 if kind == ClientKind::ClaudeCode => match text.contains("event: message_stop") {
+            true => Outcome::Served,
+            false => Outcome::NoAnswer,
+        },
+        200 if kind == ClientKind::Codex => {
+            match text.contains("event: response.completed")
+                || text.contains("event: response.incomplete")
+            {
+                true => Outcome::Served,
+                false => Outcome::NoAnswer,
+            }
+        }
         200 if text.contains("data: [DONE]") && !text.contains("\"error\"") => Outcome::Served,
         200 => Outcome::NoAnswer,
         429 | 503 => Outcome::Busy { status },

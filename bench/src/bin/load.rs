@@ -185,7 +185,14 @@ fn main() -> Result<()> {
                         .push((kind, outcome));
                     let pause = match (kind, outcome) {
                         (_, Outcome::Busy { .. }) => 1000, // Retry-After: 1
-                        (ClientKind::Streamed | ClientKind::Urgent | ClientKind::Whole, _) => 0,
+                        (
+                            ClientKind::Streamed
+                            | ClientKind::Urgent
+                            | ClientKind::Whole
+                            | ClientKind::ClaudeCode
+                            | ClientKind::Codex,
+                            _,
+                        ) => 0,
                         _ => 300,
                     };
                     tokio::time::sleep(Duration::from_millis(pause)).await;
@@ -272,9 +279,11 @@ fn main() -> Result<()> {
 fn client_kinds(args: &Args) -> Vec<ClientKind> {
     let mut kinds = Vec::new();
     for i in 0..args.clients {
-        kinds.push(match i % 6 {
+        kinds.push(match i % 8 {
             0 => ClientKind::Urgent,
             1 => ClientKind::Whole,
+            2 => ClientKind::ClaudeCode,
+            3 => ClientKind::Codex,
             _ => ClientKind::Streamed,
         });
     }
