@@ -78,6 +78,9 @@ pub struct LatencyFigures {
     #[serde(default)]
     pub transcript_ahead: usize,
     pub voice_to_voice: Option<Spread>,
+    /// The answered turns' transcripts against their scripts: the mean word error rate.
+    #[serde(default)]
+    pub word_error_rate: Option<f64>,
     /// Each stage of [`STAGE_NAMES`], measured from the one before.
     pub stages: Vec<(String, Option<Spread>)>,
     pub replies: ReplyFigures,
@@ -86,6 +89,7 @@ pub struct LatencyFigures {
 /// The figures of `calls`.
 pub fn figures(calls: &[PlayedCall]) -> LatencyFigures {
     let mut answered: Vec<&TurnRecord> = Vec::new();
+    let mut errors: Vec<f64> = Vec::new();
     let mut false_cut_offs = 0;
     let mut missed = 0;
     for call in calls {
@@ -102,7 +106,13 @@ pub fn figures(calls: &[PlayedCall]) -> LatencyFigures {
                     && r.caller_stop_s <= scripted.end_s + END_SLACK_S
             });
             match at_end {
-                Some(record) => answered.push(record),
+                Some(record) => {
+                    answered.push(record);
+                    errors.push(sublet_stt::word_error_rate(
+                        &scripted.text,
+                        &record.transcript,
+                    ));
+                }
                 None => missed += 1,
             }
         }
@@ -136,6 +146,8 @@ pub fn figures(calls: &[PlayedCall]) -> LatencyFigures {
         opening_ahead: answered.iter().filter(|r| r.opening_ahead).count(),
         transcript_ahead: answered.iter().filter(|r| r.transcript_ahead).count(),
         voice_to_voice: Spread::of(&v2v),
+        word_error_rate: (!errors.is_empty())
+            .then(|| errors.iter().sum::<f64>() / errors.len() as f64),
         stages,
         replies: reply_figures(&all_replies),
     }

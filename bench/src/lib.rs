@@ -13,13 +13,15 @@
 //!   driving it instead, its records read back as the round's agent calls;
 //! - [`engine_speed`]: the engine's own speed (`engine-bench`), beside llama.cpp's;
 //! - [`test_callers`]: the latency benchmark's scripted calls in several voices, with
-//!   mid-sentence pauses; [`latency`]: its figures (pure); [`room_calls`]: its calls
+//!   mid-sentence pauses; [`conditions`]: the same calls heard over a phone line, in noise,
+//!   or with other voices behind the caller (pure); [`latency`]: its figures (pure); [`room_calls`]: its calls
 //!   through a LiveKit room, LiveKit's official client as the caller;
 //! - [`load`]: the agents' API under load, clients of every kind over raw TCP, and the
 //!   figures their outcomes make.
 
 pub mod agents;
 pub mod aiperf;
+pub mod conditions;
 pub mod engine_speed;
 pub mod figures;
 pub mod latency;

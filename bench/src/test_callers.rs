@@ -160,6 +160,7 @@ pub struct ScriptedTurn {
 }
 
 /// A call ready to play.
+#[derive(Debug, Clone)]
 pub struct TestCall {
     pub name: String,
     pub wav: PathBuf,

@@ -4,8 +4,13 @@
 //! no preemption) in the same run, side by side.
 //!
 //! ```text
-//! latency [--json PATH] [--configs old,new] [--livekit]
+//! latency [--json PATH] [--configs old,new] [--conditions clean,phone,noise15,…] [--livekit]
 //! ```
+//!
+//! `--conditions` plays every call in each condition (`sublet_bench::conditions`): `clean`
+//! as recorded, `phone` (8 kHz μ-law, 300–3,400 Hz), `noiseN` (pink noise N dB below the
+//! caller's speech), `voicesN` (another test voice N dB below the caller). Each
+//! configuration runs in each condition, a column `config@condition`.
 //!
 //! With `--livekit` every call goes through a LiveKit room of the LiveKit test server,
 //! LiveKit's official Node client as the caller: voice to voice is timed on the caller's
@@ -27,12 +32,13 @@ use anyhow::{bail, Result};
 use clap::Parser;
 use serde_json::json;
 use sublet_agent::{AgentConfig, CallObserver, Pacing, TurnRecord, VoiceAgent};
+use sublet_bench::conditions::Condition;
 use sublet_bench::latency::{
     clock_offset_s, figures, heard_figures, on_script_clock, HeardCall, HeardFigures,
     LatencyFigures, PlayedCall, Spread, LATE_S,
 };
 use sublet_bench::room_calls::{play_in_room, API_KEY, API_SECRET};
-use sublet_bench::test_callers;
+use sublet_bench::test_callers::{self, TestCall};
 use sublet_engine::{Engine, EngineConfig};
 use sublet_livekit_testserver::TestServer;
 use sublet_models::ModelArgs;
@@ -50,6 +56,9 @@ struct Args {
     /// Through a LiveKit room, the official client as the caller.
     #[arg(long)]
     livekit: bool,
+    /// The conditions each call is heard in (see the module docs).
+    #[arg(long, value_delimiter = ',', default_value = "clean", value_parser = Condition::parse)]
+    conditions: Vec<Condition>,
     #[command(flatten)]
     models: ModelArgs,
 }
@@ -159,9 +168,19 @@ fn run(args: Args) -> Result<()> {
         false => None,
     };
     let mut results: Vec<ConfigRun> = Vec::new();
-    for (name, config) in configs {
+    let runs = args.conditions.iter().flat_map(|condition| {
+        configs
+            .iter()
+            .map(move |(name, config)| (*condition, name, config))
+    });
+    for (condition, name, config) in runs {
+        let calls = heard_in(condition, &calls)?;
+        let name = match args.conditions.as_slice() {
+            [Condition::Clean] => name.clone(),
+            _ => format!("{name}@{}", condition.name()),
+        };
         sublet_agent::allocator::set_trimming(config.trim);
-        let agent = VoiceAgent::with_engine(cache.clone(), engine.clone(), config.agent);
+        let agent = VoiceAgent::with_engine(cache.clone(), engine.clone(), config.agent.clone());
         let mut played = Vec::new();
         let mut heard = Vec::new();
         for (i, call) in calls.iter().enumerate() {
@@ -249,6 +268,33 @@ fn run(args: Args) -> Result<()> {
     Ok(())
 }
 
+/// The calls as heard in `condition`, each written next to its clean recording (the
+/// voices behind a caller are the next call's).
+fn heard_in(condition: Condition, calls: &[TestCall]) -> Result<Vec<TestCall>> {
+    if condition == Condition::Clean {
+        return Ok(calls.to_vec());
+    }
+    let clean: Vec<sublet_audio::Audio> = calls
+        .iter()
+        .map(|call| sublet_audio::read_wav(&call.wav))
+        .collect::<Result<_, _>>()?;
+    calls
+        .iter()
+        .enumerate()
+        .map(|(i, call)| {
+            let speech: Vec<(f64, f64)> = call.turns.iter().map(|t| (t.start_s, t.end_s)).collect();
+            let other = &clean[(i + 1) % clean.len()];
+            let audio = condition.apply(&clean[i], &speech, other, i as u64 + 1);
+            let wav = call.wav.with_extension(format!("{}.wav", condition.name()));
+            sublet_audio::write_wav(&wav, &audio)?;
+            Ok(TestCall {
+                wav,
+                ..call.clone()
+            })
+        })
+        .collect()
+}
+
 fn print_table(results: &[ConfigRun]) {
     let Some(first_run) = results.first() else {
         return;
@@ -301,6 +347,9 @@ fn print_table(results: &[ConfigRun]) {
     for (i, (name, _)) in first.stages.iter().enumerate() {
         row(&format!("  {name}"), &|f| spread(f.stages[i].1));
     }
+    row("transcripts' word error rate", &|f| {
+        f.word_error_rate.map_or("-".into(), |w| format!("{w:.2}"))
+    });
     row("false cut-offs", &|f| f.false_cut_offs.to_string());
     row(&format!("late turns (over {LATE_S} s)"), &|f| {
         format!("{} of {}", f.late_turns, f.answered)
