@@ -68,6 +68,10 @@ pub struct LatencyFigures {
     pub late_turns: usize,
     /// Scripted turns with no answer at their end.
     pub missed: usize,
+    /// Turns the agent took that end no scripted turn and fall in none (someone else's
+    /// words, or noise, taken for the caller's).
+    #[serde(default)]
+    pub extra_turns: usize,
     /// Answered turns whose reply was started at the stop, and those of them whose first
     /// sentence was already synthesized when the turn ended.
     #[serde(default)]
@@ -117,6 +121,19 @@ pub fn figures(calls: &[PlayedCall]) -> LatencyFigures {
             }
         }
     }
+    // Turns taken outside every scripted turn (one inside a turn is a false cut-off).
+    let extra_turns = calls
+        .iter()
+        .flat_map(|call| {
+            call.turns.iter().filter(|r| {
+                let t = r.caller_stop_s;
+                !call
+                    .script
+                    .iter()
+                    .any(|turn| t > turn.start_s - END_SLACK_S && t < turn.end_s + END_SLACK_S)
+            })
+        })
+        .count();
     let v2v: Vec<f64> = answered.iter().map(|r| r.voice_to_voice_s()).collect();
     let stages = STAGE_NAMES
         .iter()
@@ -142,6 +159,7 @@ pub fn figures(calls: &[PlayedCall]) -> LatencyFigures {
         false_cut_offs,
         late_turns: v2v.iter().filter(|&&v| v > LATE_S).count(),
         missed,
+        extra_turns,
         preemptive: answered.iter().filter(|r| r.preemptive).count(),
         opening_ahead: answered.iter().filter(|r| r.opening_ahead).count(),
         transcript_ahead: answered.iter().filter(|r| r.transcript_ahead).count(),
@@ -405,11 +423,13 @@ mod tests {
         let call = PlayedCall {
             call: "c".into(),
             script: vec![scripted(1.0, 4.0, vec![]), scripted(10.0, 12.0, vec![])],
-            turns: vec![record(4.1, 0.8)],
-            ends_of_turn_s: vec![4.6],
+            turns: vec![record(4.1, 0.8), record(7.0, 0.8)],
+            ends_of_turn_s: vec![4.6, 7.5],
         };
         let f = figures(&[call]);
         assert_eq!((f.answered, f.missed), (1, 1));
+        // The turn at 7 s, between the caller's two, was someone else's.
+        assert_eq!(f.extra_turns, 1);
     }
 
     #[test]

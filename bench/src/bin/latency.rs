@@ -355,6 +355,9 @@ fn print_table(results: &[ConfigRun]) {
         format!("{} of {}", f.late_turns, f.answered)
     });
     row("turns not answered at their end", &|f| f.missed.to_string());
+    row("turns taken outside the caller's", &|f| {
+        f.extra_turns.to_string()
+    });
     row("transcripts started before the stop", &|f| {
         f.transcript_ahead.to_string()
     });
