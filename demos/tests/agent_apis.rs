@@ -2,11 +2,10 @@
 //! Anthropic's Messages API with the `anthropic` client (as Claude Code speaks it), and
 //! OpenAI's Responses API with the `openai` client's `responses` (as Codex speaks it).
 
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use serde_json::Value;
-use sublet_models::ModelCache;
+use sublet_tests::official_clients::api_client;
 use sublet_tests::served::{free_port, Server};
 
 /// `serve` with the key `test-key`, on a port of its own.
@@ -25,30 +24,6 @@ fn serve() -> (Server, u16) {
     let server = Server::watched("serve", child);
     server.wait_healthy(port);
     (server, port)
-}
-
-/// Runs a client script from `tests/clients/` against `base_url`; what it saw.
-fn run_client(script: &str, base_url: &str) -> Value {
-    let python = ModelCache::from_env()
-        .python()
-        .expect("run `cargo xtask setup` for the test clients");
-    // The crate's folder at run time (the one compiled in may be another checkout's).
-    let script = std::env::var_os("CARGO_MANIFEST_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into())
-        .join("../tests/clients")
-        .join(script);
-    let output = Command::new(python)
-        .arg(script)
-        .arg(base_url)
-        .arg("test-key")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "client failed:\n{stderr}");
-    let seen: Value = serde_json::from_slice(&output.stdout).unwrap();
-    println!("{}", serde_json::to_string_pretty(&seen).unwrap());
-    seen
 }
 
 /// The `/metrics` text, with the key.
@@ -85,7 +60,11 @@ fn json_field(seen: &Value, key: &str) -> String {
 #[test]
 fn the_official_anthropic_client_is_served() {
     let (_server, port) = serve();
-    let seen = run_client("anthropic_messages.py", &format!("http://127.0.0.1:{port}"));
+    let seen = api_client(
+        "anthropic_messages.py",
+        &format!("http://127.0.0.1:{port}"),
+        "test-key",
+    );
 
     let whole = &seen["whole"];
     assert!(text(whole).contains("Paris"), "{whole}");
@@ -200,10 +179,8 @@ fn the_official_anthropic_client_is_served() {
 #[test]
 fn the_official_openai_client_s_responses_are_served() {
     let (_server, port) = serve();
-    let seen = run_client(
-        "openai_responses.py",
-        &format!("http://127.0.0.1:{port}/v1"),
-    );
+    let base_url = format!("http://127.0.0.1:{port}/v1");
+    let seen = api_client("openai_responses.py", &base_url, "test-key");
 
     let whole = &seen["whole"];
     assert!(text(whole).contains("Paris"), "{whole}");

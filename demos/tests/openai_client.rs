@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use sublet_livekit_testserver::TestServer;
-use sublet_models::ModelCache;
+use sublet_tests::official_clients::api_client;
 use sublet_tests::served::{free_port, Server};
 
 #[test]
@@ -101,25 +101,8 @@ fn the_worker_serves_agents_on_the_calls_engine() {
 /// Runs the official client's checks against the API on `port` (key `test-key`) and
 /// returns the metrics it read at the end.
 fn check_served(port: u16) -> String {
-    let python = ModelCache::from_env()
-        .python()
-        .expect("run `cargo xtask setup` for the test clients");
-    // `cargo test` gives the crate's folder at run time; the one compiled in may be another
-    // checkout's (cargo reuses a shared target directory's build for the same sources).
-    let script = std::env::var_os("CARGO_MANIFEST_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into())
-        .join("../tests/clients/openai_chat.py");
-    let output = Command::new(python)
-        .arg(script)
-        .arg(format!("http://127.0.0.1:{port}/v1"))
-        .arg("test-key")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "client failed:\n{stderr}");
-    let seen: Value = serde_json::from_slice(&output.stdout).unwrap();
-    println!("{}", serde_json::to_string_pretty(&seen).unwrap());
+    let base_url = format!("http://127.0.0.1:{port}/v1");
+    let seen = api_client("openai_chat.py", &base_url, "test-key");
 
     assert_eq!(seen["models"][0], "SmolLM2-135M-Instruct.Q4_1");
     let whole = &seen["whole"];

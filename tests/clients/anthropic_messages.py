@@ -10,6 +10,8 @@ import urllib.request
 
 import anthropic
 
+from shapes import CAPITAL, CITY, WEATHER_CALL
+
 base_url, api_key = sys.argv[1], sys.argv[2]
 # This SDK sends no sampling settings (the Messages API it speaks has none): replies are
 # greedy, the server's default, so each is the same whole or streamed.
@@ -66,42 +68,17 @@ counted = client.messages.count_tokens(model="any", system=system_blocks, messag
 out["count_tokens"] = counted.input_tokens
 
 # Structured output: the reply held to a JSON Schema.
-capital = {
-    "type": "object",
-    "properties": {"capital": {"type": "string"}},
-    "required": ["capital"],
-    "additionalProperties": False,
-}
 shaped = client.messages.create(
     model="any",
     max_tokens=32,
     messages=[{"role": "user", "content": "What is the capital of France? Answer in JSON."}],
-    output_config={"format": {"type": "json_schema", "schema": capital}},
+    output_config={"format": {"type": "json_schema", "schema": CAPITAL}},
 )
 out["json_schema"] = seen(shaped)
 
-# A tool round trip. The bundled small model does not call tools on its own, so a JSON
-# Schema holds its reply to a call's shape, which mistral.rs reads as a call.
-weather = {
-    "name": "get_weather",
-    "description": "The weather in a city now",
-    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-}
-call_shape = {
-    "type": "object",
-    "properties": {
-        "name": {"const": "get_weather"},
-        "arguments": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-            "additionalProperties": False,
-        },
-    },
-    "required": ["name", "arguments"],
-    "additionalProperties": False,
-}
-as_call = {"format": {"type": "json_schema", "schema": call_shape}}
+# A tool round trip, the reply held to a call's shape (see shapes.py).
+weather = {"name": "get_weather", "description": "The weather in a city now", "input_schema": CITY}
+as_call = {"format": {"type": "json_schema", "schema": WEATHER_CALL}}
 ask_tool = [{"role": "user", "content": "What is the weather in Paris?"}]
 first = client.messages.create(
     model="any", max_tokens=48, messages=ask_tool, tools=[weather], output_config=as_call

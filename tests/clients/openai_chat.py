@@ -13,6 +13,8 @@ import urllib.request
 
 import openai
 
+from shapes import CAPITAL, CITY, WEATHER_CALL
+
 base_url, api_key = sys.argv[1], sys.argv[2]
 client = openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=120)
 out = {}
@@ -35,15 +37,9 @@ out["stopped"] = {
 }
 
 # Structured output: the reply held to a JSON Schema, and JSON mode (any object).
-capital_schema = {
-    "type": "object",
-    "properties": {"capital": {"type": "string"}},
-    "required": ["capital"],
-    "additionalProperties": False,
-}
 ask_json = [{"role": "user", "content": "What is the capital of France? Answer in JSON."}]
 for case, response_format in [
-    ("json_schema", {"type": "json_schema", "json_schema": {"name": "capital", "schema": capital_schema}}),
+    ("json_schema", {"type": "json_schema", "json_schema": {"name": "capital", "schema": CAPITAL}}),
     ("json_object", {"type": "json_object"}),
 ]:
     shaped = client.chat.completions.create(model="any", messages=ask_json, max_tokens=32, response_format=response_format)
@@ -132,24 +128,10 @@ weather_tool = {
     "function": {
         "name": "get_weather",
         "description": "The weather in a city now",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        "parameters": CITY,
     },
 }
-call_shape = {
-    "type": "object",
-    "properties": {
-        "name": {"const": "get_weather"},
-        "arguments": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-            "additionalProperties": False,
-        },
-    },
-    "required": ["name", "arguments"],
-    "additionalProperties": False,
-}
-as_call = {"type": "json_schema", "json_schema": {"name": "call", "schema": call_shape}}
+as_call = {"type": "json_schema", "json_schema": {"name": "call", "schema": WEATHER_CALL}}
 ask_tool = [{"role": "user", "content": "What is the weather in Paris?"}]
 first = client.chat.completions.create(
     model="any", messages=ask_tool, tools=[weather_tool], max_tokens=48, response_format=as_call

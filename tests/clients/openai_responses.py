@@ -8,6 +8,8 @@ import sys
 
 import openai
 
+from shapes import CAPITAL, CITY, WEATHER_CALL
+
 base_url, api_key = sys.argv[1], sys.argv[2]
 client = openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=120)
 out = {}
@@ -61,44 +63,18 @@ second = client.responses.create(
 alone = client.responses.create(model="any", input="What is my name?", max_output_tokens=16, temperature=0)
 out["continued"] = {"first": seen(first), "second": seen(second), "alone": seen(alone)}
 
-capital = {
-    "type": "object",
-    "properties": {"capital": {"type": "string"}},
-    "required": ["capital"],
-    "additionalProperties": False,
-}
 shaped = client.responses.create(
     model="any",
     input="What is the capital of France? Answer in JSON.",
     max_output_tokens=32,
     temperature=0,
-    text={"format": {"type": "json_schema", "name": "capital", "schema": capital, "strict": True}},
+    text={"format": {"type": "json_schema", "name": "capital", "schema": CAPITAL, "strict": True}},
 )
 out["json_schema"] = seen(shaped)
 
-# A tool round trip. The bundled small model does not call tools on its own, so a JSON
-# Schema holds its reply to a call's shape, which mistral.rs reads as a call.
-weather = {
-    "type": "function",
-    "name": "get_weather",
-    "description": "The weather in a city now",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-}
-call_shape = {
-    "type": "object",
-    "properties": {
-        "name": {"const": "get_weather"},
-        "arguments": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-            "additionalProperties": False,
-        },
-    },
-    "required": ["name", "arguments"],
-    "additionalProperties": False,
-}
-as_call = {"format": {"type": "json_schema", "name": "call", "schema": call_shape}}
+# A tool round trip, the reply held to a call's shape (see shapes.py).
+weather = {"type": "function", "name": "get_weather", "description": "The weather in a city now", "parameters": CITY}
+as_call = {"format": {"type": "json_schema", "name": "call", "schema": WEATHER_CALL}}
 ask = [{"role": "user", "content": "What is the weather in Paris?"}]
 called = client.responses.create(
     model="any", input=ask, tools=[weather], text=as_call, max_output_tokens=48, temperature=0, store=False

@@ -119,6 +119,28 @@ fn run_client(mut command: Command) -> (bool, Vec<Value>) {
     (output.status.success(), events)
 }
 
+/// Runs one of the API client scripts (`clients/SCRIPT`, on the official `openai` or
+/// `anthropic` Python client) against `base_url` with `api_key`; what it saw, as the one
+/// JSON object it printed. Panics, with its stderr, if it fails.
+pub fn api_client(script: &str, base_url: &str, api_key: &str) -> Value {
+    let python = ModelCache::from_env()
+        .python()
+        .expect("run `cargo xtask setup` for the test clients");
+    let output = Command::new(python)
+        .arg(crate_dir().join("clients").join(script))
+        .args([base_url, api_key])
+        .output()
+        .expect("the client runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "client failed:\n{stderr}");
+    let seen: Value = serde_json::from_slice(&output.stdout).expect("the client prints JSON");
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&seen).unwrap_or_default()
+    );
+    seen
+}
+
 /// Runs the worker script on LiveKit's official Agents framework, registered as
 /// `agent_name`; returns its exit status and the JSON events it printed.
 pub fn livekit_agents_worker(
