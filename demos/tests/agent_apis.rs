@@ -2,28 +2,13 @@
 //! Anthropic's Messages API with the `anthropic` client (as Claude Code speaks it), and
 //! OpenAI's Responses API with the `openai` client's `responses` (as Codex speaks it).
 
-use std::process::{Command, Stdio};
-
 use serde_json::Value;
 use sublet_tests::official_clients::api_client;
-use sublet_tests::served::{free_port, Server};
+use sublet_tests::served::Server;
 
 /// `serve` with the key `test-key`, on a port of its own.
 fn serve() -> (Server, u16) {
-    let port = free_port();
-    let child = Command::new(env!("CARGO_BIN_EXE_serve"))
-        .args([
-            "--addr",
-            &format!("127.0.0.1:{port}"),
-            "--api-key",
-            "test-key",
-        ])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let server = Server::watched("serve", child);
-    server.wait_healthy(port);
-    (server, port)
+    Server::serve(env!("CARGO_BIN_EXE_serve"), "test-key", &[])
 }
 
 /// The `/metrics` text, with the key.

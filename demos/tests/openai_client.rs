@@ -12,21 +12,11 @@ use sublet_tests::served::{free_port, Server};
 
 #[test]
 fn the_official_openai_client_is_served() {
-    let port = free_port();
-    let child = Command::new(env!("CARGO_BIN_EXE_serve"))
-        .args([
-            "--addr",
-            &format!("127.0.0.1:{port}"),
-            "--api-key",
-            "test-key",
-            "--api-max-in-flight",
-            "2",
-        ])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let server = Server::watched("serve", child);
-    server.wait_healthy(port);
+    let (_server, port) = Server::serve(
+        env!("CARGO_BIN_EXE_serve"),
+        "test-key",
+        &["--api-max-in-flight", "2"],
+    );
     // Two clients that send their headers, then stall mid-body: each holds a connection,
     // never one of the two places in flight (else every request below would get 429).
     let stalled: Vec<TcpStream> = (0..2).map(|_| stall_mid_body(port)).collect();

@@ -17,6 +17,21 @@ pub struct Server {
 }
 
 impl Server {
+    /// The `serve` binary at `bin` on a port of its own with the key `key` and `more`
+    /// arguments, once it answers `/health`; the port.
+    pub fn serve(bin: &str, key: &str, more: &[&str]) -> (Self, u16) {
+        let port = free_port();
+        let child = std::process::Command::new(bin)
+            .args(["--addr", &format!("127.0.0.1:{port}"), "--api-key", key])
+            .args(more)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("serve starts");
+        let server = Self::watched("serve", child);
+        server.wait_healthy(port);
+        (server, port)
+    }
+
     /// Owns `child` (killed when dropped) and echoes its stderr after `label`.
     pub fn watched(label: &'static str, mut child: Child) -> Self {
         let stderr = child.stderr.take().unwrap();
