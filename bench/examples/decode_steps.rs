@@ -9,7 +9,9 @@
 //! perf record -g -p PID   # while it runs
 //! ```
 //!
-//! `ROUNDS` (20) rounds of `TOKENS` (64) tokens each.
+//! `ROUNDS` (20) rounds of `TOKENS` (64) tokens each. With `CACHED=1` every round sends the
+//! same prompts, so that after the first the prefix cache holds them and a profile of the
+//! rounds sees decode steps, not prompt passes.
 
 use std::time::Instant;
 
@@ -34,8 +36,17 @@ fn env_or(name: &str, default: usize) -> usize {
 }
 
 /// One request's token arrival times.
-fn arrivals(engine: &Engine, prompt: &Prompt, tokens: usize) -> anyhow::Result<Vec<Instant>> {
-    let mut stream = engine.chat(ChatRequest::new(prompt.fresh(), tokens))?;
+fn arrivals(
+    engine: &Engine,
+    prompt: &Prompt,
+    tokens: usize,
+    cached: bool,
+) -> anyhow::Result<Vec<Instant>> {
+    let messages = match cached {
+        true => prompt.messages.clone(),
+        false => prompt.fresh(),
+    };
+    let mut stream = engine.chat(ChatRequest::new(messages, tokens))?;
     let mut arrivals = Vec::new();
     while let Some(event) = stream.next_blocking() {
         match event? {
@@ -74,6 +85,7 @@ fn main() -> anyhow::Result<()> {
         _ => workload.multi.into_iter().next().unwrap_or_default(),
     };
     let tokens = env_or("TOKENS", options.decode_tokens);
+    let cached = env_or("CACHED", 0) == 1;
     let lengths: Vec<usize> = prompts.iter().map(|p| p.tokens).collect();
     println!("pid {}, prompts of {lengths:?} tokens", std::process::id());
     for round in 0..env_or("ROUNDS", 20) {
@@ -82,7 +94,7 @@ fn main() -> anyhow::Result<()> {
             .cloned()
             .map(|prompt| {
                 let engine = engine.clone();
-                std::thread::spawn(move || arrivals(&engine, &prompt, tokens))
+                std::thread::spawn(move || arrivals(&engine, &prompt, tokens, cached))
             })
             .collect();
         // The first sequence's gaps: one step of the pass all of them share.

@@ -61,6 +61,43 @@ fn quantized_products_equal_the_dequantized_f32_products() -> candle_core::Resul
     Ok(())
 }
 
+/// The tiles read a block's f16 scales from a table of every f16's value (candle patch 9):
+/// rows of every magnitude, whose blocks' scales are zero, subnormal, normal and large f16s,
+/// give each row's dequantized product to within that row's own scale.
+#[test]
+fn scales_of_every_magnitude_are_read_exactly() -> candle_core::Result<()> {
+    let magnitudes = [0.0, 1e-9, 3e-7, 2e-5, 1e-3, 1.0, 300.0];
+    let n = 3 * magnitudes.len();
+    for (dtype, k) in TYPES {
+        let mut rows = values(n * k, 5);
+        for (row, chunk) in rows.chunks_mut(k).enumerate() {
+            chunk.iter_mut().for_each(|v| *v *= magnitudes[row % magnitudes.len()]);
+        }
+        let weights = Tensor::from_vec(rows, (n, k), &Device::Cpu)?;
+        let quantized = QTensor::quantize(&weights, dtype)?;
+        let dequantized = quantized.dequantize(&Device::Cpu)?;
+        for m in [1, 4] {
+            let xs = Tensor::from_vec(values(m * k, 9), (1, m, k), &Device::Cpu)?;
+            let got = xs.apply_op1_no_bwd(&quantized)?.squeeze(0)?.to_vec2::<f32>()?;
+            let want = xs
+                .broadcast_matmul(&dequantized.t()?)?
+                .squeeze(0)?
+                .to_vec2::<f32>()?;
+            for (got, want) in got.iter().zip(&want) {
+                for (column, (g, w)) in got.iter().zip(want).enumerate() {
+                    let scale = magnitudes[column % magnitudes.len()] * k as f32;
+                    assert!(
+                        (g - w).abs() <= 1e-5 * scale,
+                        "{dtype:?}, {m} rows, weights of {}: {g} against {w}",
+                        magnitudes[column % magnitudes.len()]
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Every tile (AVX-512's and AVX2's alike) sums a product in the same order, so a
 /// sequence's logits do not depend on how many others share its decode pass (what lets a
 /// batched greedy decode match the sequence decoded alone), nor a prompt's on how it was
