@@ -149,6 +149,13 @@ fn loud_spans(audio: &Audio) -> Vec<(f64, f64)> {
 
 /// A phone line: 300–3,400 Hz, 8 kHz, μ-law, then back to 16 kHz.
 fn phone_line(call: &Audio) -> Audio {
+    let narrow = phone_line_8k(call);
+    Audio::new(resample(&narrow.samples, 8000, call.rate), call.rate)
+}
+
+/// What a phone line carries of `call`: 300–3,400 Hz at 8 kHz, each sample through G.711
+/// μ-law and back, as a SIP trunk hands a phone caller's audio on.
+pub fn phone_line_8k(call: &Audio) -> Audio {
     let mut band = call.samples.clone();
     // Two passes of each second-order filter: 24 dB an octave outside the band.
     for _ in 0..2 {
@@ -160,7 +167,7 @@ fn phone_line(call: &Audio) -> Audio {
         .iter()
         .map(|&s| mu_law_decode(mu_law_encode(s)))
         .collect();
-    Audio::new(resample(&coded, 8000, call.rate), call.rate)
+    Audio::new(coded, 8000)
 }
 
 /// A second-order filter (the Audio EQ Cookbook's, Q = 1/√2).

@@ -257,6 +257,60 @@ pub fn heard_figures(calls: &[HeardCall]) -> HeardFigures {
     }
 }
 
+/// What a turn detector alone made of a call (no agent): its ends of turn against the
+/// script, by the rules [`figures`] counts answered turns with.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct DetectedTurns {
+    /// Scripted turns with an end of turn at their end.
+    pub at_end: usize,
+    /// Scripted turns with none.
+    pub missed: usize,
+    /// Ends of turn decided while the caller had not finished.
+    pub cut_offs: usize,
+    /// Ends of turn of speech outside every scripted turn.
+    pub extra: usize,
+}
+
+impl DetectedTurns {
+    /// `ends`: each end of turn's (end of its speech, when it was decided), in seconds.
+    pub fn of(script: &[ScriptedTurn], ends: &[(f64, f64)]) -> Self {
+        let near = |t: f64, at: f64| t >= at - END_SLACK_S && t <= at + END_SLACK_S;
+        let at_end = script
+            .iter()
+            .filter(|turn| {
+                ends.iter()
+                    .any(|&(speech_end, _)| near(speech_end, turn.end_s))
+            })
+            .count();
+        Self {
+            at_end,
+            missed: script.len() - at_end,
+            cut_offs: ends
+                .iter()
+                .filter(|&&(_, decided)| inside_a_turn(script, decided))
+                .count(),
+            extra: ends
+                .iter()
+                .filter(|&&(speech_end, _)| {
+                    !script.iter().any(|turn| {
+                        speech_end > turn.start_s - END_SLACK_S
+                            && speech_end < turn.end_s + END_SLACK_S
+                    })
+                })
+                .count(),
+        }
+    }
+
+    pub fn and(self, other: Self) -> Self {
+        Self {
+            at_end: self.at_end + other.at_end,
+            missed: self.missed + other.missed,
+            cut_offs: self.cut_offs + other.cut_offs,
+            extra: self.extra + other.extra,
+        }
+    }
+}
+
 /// Whether `t` falls inside a scripted turn, before its end: the caller had not finished.
 fn inside_a_turn(script: &[ScriptedTurn], t: f64) -> bool {
     script
@@ -323,6 +377,26 @@ mod tests {
             end_s,
             pauses,
         }
+    }
+
+    #[test]
+    fn a_detectors_ends_of_turn_are_counted_against_the_script() {
+        let script = [scripted(1.0, 4.0, vec![]), scripted(10.0, 12.0, vec![])];
+        // At the first turn's end; a cut-off inside the second, then its real end; one of
+        // someone else's words between them.
+        let ends = [(4.1, 4.6), (10.8, 11.2), (12.0, 12.5), (7.0, 7.5)];
+        let counted = DetectedTurns::of(&script, &ends);
+        assert_eq!(
+            counted,
+            DetectedTurns {
+                at_end: 2,
+                missed: 0,
+                cut_offs: 1,
+                extra: 1,
+            }
+        );
+        let none = DetectedTurns::of(&script, &[]);
+        assert_eq!((none.missed, none.and(counted).at_end), (2, 2));
     }
 
     fn record(caller_stop_s: f64, v2v: f64) -> TurnRecord {

@@ -13,6 +13,8 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use sublet_audio::{read_wav, write_wav, Audio, SPEECH_RATE};
+
+use crate::conditions::Condition;
 use sublet_models::{ModelCache, CALLS_DIR};
 use sublet_tts::{Prosody, Voice};
 
@@ -293,4 +295,31 @@ fn espeak(text: &str, voice: &str, wpm: u32, pitch: u32, scratch: &Path) -> Resu
     let audio = read_wav(&file)?;
     std::fs::remove_file(&file)?;
     Ok(audio)
+}
+
+/// `calls` as heard in `condition`: each written beside its clean recording once more
+/// (`<name>.<condition>.wav`), the next call the voice behind it.
+pub fn heard_in(condition: Condition, calls: &[TestCall]) -> Result<Vec<TestCall>> {
+    if condition == Condition::Clean {
+        return Ok(calls.to_vec());
+    }
+    let clean: Vec<sublet_audio::Audio> = calls
+        .iter()
+        .map(|call| read_wav(&call.wav))
+        .collect::<Result<_, _>>()?;
+    calls
+        .iter()
+        .enumerate()
+        .map(|(i, call)| {
+            let speech: Vec<(f64, f64)> = call.turns.iter().map(|t| (t.start_s, t.end_s)).collect();
+            let other = &clean[(i + 1) % clean.len()];
+            let audio = condition.apply(&clean[i], &speech, other, i as u64 + 1);
+            let wav = call.wav.with_extension(format!("{}.wav", condition.name()));
+            write_wav(&wav, &audio)?;
+            Ok(TestCall {
+                wav,
+                ..call.clone()
+            })
+        })
+        .collect()
 }

@@ -71,14 +71,19 @@ fn scales_of_every_magnitude_are_read_exactly() -> candle_core::Result<()> {
     for (dtype, k) in TYPES {
         let mut rows = values(n * k, 5);
         for (row, chunk) in rows.chunks_mut(k).enumerate() {
-            chunk.iter_mut().for_each(|v| *v *= magnitudes[row % magnitudes.len()]);
+            chunk
+                .iter_mut()
+                .for_each(|v| *v *= magnitudes[row % magnitudes.len()]);
         }
         let weights = Tensor::from_vec(rows, (n, k), &Device::Cpu)?;
         let quantized = QTensor::quantize(&weights, dtype)?;
         let dequantized = quantized.dequantize(&Device::Cpu)?;
         for m in [1, 4] {
             let xs = Tensor::from_vec(values(m * k, 9), (1, m, k), &Device::Cpu)?;
-            let got = xs.apply_op1_no_bwd(&quantized)?.squeeze(0)?.to_vec2::<f32>()?;
+            let got = xs
+                .apply_op1_no_bwd(&quantized)?
+                .squeeze(0)?
+                .to_vec2::<f32>()?;
             let want = xs
                 .broadcast_matmul(&dequantized.t()?)?
                 .squeeze(0)?

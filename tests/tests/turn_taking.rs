@@ -1,6 +1,6 @@
 //! Turn-taking on a live call, driven by recorded speech: a caller who talks over the
-//! agent stops it and is answered, a cough does not cut the reply, and a pause in the
-//! middle of a sentence does not end the turn. The caller's audio is fed in real time and
+//! agent stops it and is answered, a cough does not cut the reply, the agent's own echo
+//! neither, and a pause in the middle of a sentence does not end the turn. The caller's audio is fed in real time and
 //! a virtual speaker pulls the agent's voice in real time, as a sound card would.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,6 +16,7 @@ use sublet_agent::{
 use sublet_audio::{read_wav, SPEECH_RATE};
 use sublet_models::ModelCache;
 use sublet_stt::{word_error_rate, Transcriber};
+use sublet_turn_detect::{EndpointConfig, TurnDetector, TurnEvent};
 
 const FRAME: usize = SPEECH_RATE as usize / 50;
 const TICK: Duration = Duration::from_millis(20);
@@ -82,7 +83,24 @@ struct LiveRun {
     heard_first_reply: String,
 }
 
+/// The agent's voice heard back in the caller's microphone (a speakerphone's echo).
+#[derive(Clone, Copy)]
+struct Echo {
+    below_db: f64,
+    delay: Duration,
+}
+
 fn live_call(agent: &VoiceAgent, steps: Vec<Step>, tail_s: f64) -> LiveRun {
+    live_call_with(agent, steps, tail_s, None)
+}
+
+/// [`live_call`], with the speaker's audio fed back into the caller's frames when `echo`.
+fn live_call_with(
+    agent: &VoiceAgent,
+    steps: Vec<Step>,
+    tail_s: f64,
+    echo: Option<Echo>,
+) -> LiveRun {
     // One call at a time: the tests time the agent in real time on two cores.
     static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -90,6 +108,8 @@ fn live_call(agent: &VoiceAgent, steps: Vec<Step>, tail_s: f64) -> LiveRun {
     let seen = Arc::new(Mutex::new(Seen::default()));
     let done = AtomicBool::new(false);
     let (audio_tx, audio_in) = mpsc::channel::<Vec<f32>>();
+    // Every frame the speaker played, for the echo.
+    let speaker_frames = Mutex::new(Vec::<Vec<f32>>::new());
     let (played, heard, said_at) = std::thread::scope(|scope| {
         let speaker = scope.spawn(|| {
             let (mut played, mut heard) = (Vec::new(), Vec::new());
@@ -99,6 +119,7 @@ fn live_call(agent: &VoiceAgent, steps: Vec<Step>, tail_s: f64) -> LiveRun {
                 let spoke = playout.pull(&mut frame);
                 played.push((Instant::now(), spoke));
                 heard.extend_from_slice(&frame);
+                speaker_frames.lock().unwrap().push(frame.clone());
                 next += TICK;
                 std::thread::sleep(next.saturating_duration_since(Instant::now()));
             }
@@ -107,8 +128,23 @@ fn live_call(agent: &VoiceAgent, steps: Vec<Step>, tail_s: f64) -> LiveRun {
         let feeder = scope.spawn(|| {
             let mut said_at = Vec::new();
             let mut next = Instant::now();
+            let mut sent = 0usize;
             let mut send = |frame: &[f32]| {
-                audio_tx.send(frame.to_vec()).unwrap();
+                let mut frame = frame.to_vec();
+                if let Some(echo) = echo {
+                    // The speaker's frame of `delay` ago, `below_db` down.
+                    let back = (echo.delay.as_secs_f64() / TICK.as_secs_f64()).round() as usize;
+                    let gain = 10f32.powf(-echo.below_db as f32 / 20.0);
+                    let speaker = speaker_frames.lock().unwrap();
+                    if let Some(played) = sent.checked_sub(back).and_then(|i| speaker.get(i)) {
+                        frame
+                            .iter_mut()
+                            .zip(played)
+                            .for_each(|(s, p)| *s += gain * p);
+                    }
+                }
+                sent += 1;
+                audio_tx.send(frame).unwrap();
                 next += TICK;
                 std::thread::sleep(next.saturating_duration_since(Instant::now()));
             };
@@ -157,6 +193,60 @@ fn live_call(agent: &VoiceAgent, steps: Vec<Step>, tail_s: f64) -> LiveRun {
 
 fn agent(cache: &ModelCache) -> VoiceAgent {
     VoiceAgent::load(cache.clone(), AgentConfig::default()).unwrap()
+}
+
+/// A speakerphone: the agent's reply comes back into the caller's microphone 20 dB down,
+/// 150 ms late, while the caller listens. The level gate holds it for someone else's
+/// speech (the caller set their level when they asked), so it neither pauses the reply nor
+/// becomes a turn; without the gate the detector hears the same echo as speech.
+#[test]
+fn the_agents_own_echo_neither_interrupts_it_nor_takes_a_turn() {
+    let cache = ModelCache::from_env();
+    let echo = Some(Echo {
+        below_db: 20.0,
+        delay: Duration::from_millis(150),
+    });
+    let steps = || {
+        vec![
+            Step::Say(utterance(&cache, "Tell me a long story")),
+            Step::AfterAgentSpeaks(Duration::from_secs(6)),
+        ]
+    };
+    let gated = live_call_with(&agent(&cache), steps(), 3.0, echo);
+    eprintln!("gated: turns {:#?}", gated.seen.turns);
+    eprintln!("gated: interruptions {:?}", gated.seen.interruptions);
+    assert!(gated.seen.interruptions.is_empty());
+    assert_eq!(gated.seen.turns.len(), 1);
+    let spoke = gated.played.iter().filter(|(_, spoke)| *spoke).count();
+    assert!(spoke * 20 >= 6_000, "the reply played {} ms", spoke * 20);
+
+    // The same caller and echo heard by a detector with and without the gate: without it,
+    // the echo is speech. (A live call without the gate pauses on its echo and never ends.)
+    let question = utterance(&cache, "Tell me a long story");
+    let back = (0.15 * SPEECH_RATE as f64) as usize;
+    let mut heard = question.clone();
+    heard.resize(gated.heard.len() + back, 0.0);
+    for (i, &played) in gated.heard.iter().enumerate() {
+        heard[i + back] += 0.1 * played;
+    }
+    let starts_after_question = |config: EndpointConfig| {
+        let mut detector = TurnDetector::load(&cache, config).unwrap();
+        let asked_s = question.len() as f64 / SPEECH_RATE as f64;
+        heard
+            .chunks(FRAME)
+            .flat_map(|chunk| detector.push(chunk).unwrap())
+            .filter(|e| matches!(e, TurnEvent::SpeechStarted { at_s } if *at_s > asked_s + 0.5))
+            .count()
+    };
+    assert_eq!(starts_after_question(EndpointConfig::default()), 0);
+    let ungated = EndpointConfig {
+        level_gate: None,
+        ..EndpointConfig::default()
+    };
+    assert!(
+        starts_after_question(ungated) > 0,
+        "without the gate the echo should be heard as speech"
+    );
 }
 
 #[test]

@@ -5,6 +5,7 @@ use anyhow::Result;
 use sublet_models::ModelCache;
 
 use crate::endpoint::{EndpointConfig, EndpointEvent, Endpointer};
+use crate::level_gate::LevelGate;
 use crate::smart_turn::{SmartTurn, WINDOW_S};
 use crate::vad::{SileroVad, VAD_FRAME};
 
@@ -41,6 +42,8 @@ pub struct TurnDetector {
     vad: SileroVad,
     smart_turn: SmartTurn,
     rules: Endpointer,
+    /// Frames well below the caller's level dropped, when the configuration asks.
+    gate: Option<LevelGate>,
     /// Samples not yet a whole VAD frame.
     pending: Vec<f32>,
     /// Recent audio; `history[0]` is sample number `history_start` of the call.
@@ -55,6 +58,7 @@ impl TurnDetector {
         Ok(Self {
             vad: SileroVad::load(cache)?,
             smart_turn: SmartTurn::load(cache)?,
+            gate: config.level_gate.clone().map(LevelGate::new),
             rules: Endpointer::new(config),
             pending: Vec::with_capacity(VAD_FRAME),
             history: Vec::new(),
@@ -67,6 +71,7 @@ impl TurnDetector {
     /// takes ONNX Runtime a fraction of a CPU second; a worker keeps detectors between calls.
     pub fn reset(&mut self, config: EndpointConfig) {
         self.vad.reset();
+        self.gate = config.level_gate.clone().map(LevelGate::new);
         self.rules = Endpointer::new(config);
         self.pending.clear();
         self.history.clear();
@@ -100,8 +105,15 @@ impl TurnDetector {
         let whole = self.pending.len() / VAD_FRAME * VAD_FRAME;
         let frames: Vec<f32> = self.pending.drain(..whole).collect();
         for frame in frames.chunks_exact(VAD_FRAME) {
+            let mut probability = self.vad.process(frame)?;
+            let kept = self.history.len();
             self.history.extend_from_slice(frame);
-            let probability = self.vad.process(frame)?;
+            if let Some(gate) = &mut self.gate {
+                // Someone else's speech: not a turn, and turned down for the models after.
+                let gated = gate.frame(frame, RATE, probability);
+                probability = gated.probability;
+                LevelGate::apply(&mut self.history[kept..], gated.gain);
+            }
             let start_s = self.consumed as f64 / RATE;
             self.consumed += VAD_FRAME;
             let end_s = self.consumed as f64 / RATE;

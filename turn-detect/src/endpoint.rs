@@ -28,6 +28,7 @@
 //!   and the speech that goes on is the next turn. The turn's audio, its transcript and
 //!   its prompt stay bounded however long the caller talks.
 
+use crate::level_gate::LevelGateConfig;
 use crate::transcript_cue::TranscriptCue;
 
 /// Thresholds and delays, in seconds of audio.
@@ -60,6 +61,9 @@ pub struct EndpointConfig {
     /// answered (`None`: no cap). 30 s is Whisper's window, so the turn is transcribed
     /// in one pass.
     pub max_turn_s: Option<f64>,
+    /// Frames well below the caller's own level are not the caller's speech
+    /// ([`crate::level_gate`]; `None`: every frame the VAD hears is).
+    pub level_gate: Option<LevelGateConfig>,
 }
 
 impl Default for EndpointConfig {
@@ -77,6 +81,7 @@ impl Default for EndpointConfig {
             dynamic_margin_s: 0.5,
             dynamic_weight: 0.3,
             max_turn_s: Some(30.0),
+            level_gate: Some(LevelGateConfig::default()),
         }
     }
 }

@@ -20,7 +20,10 @@
 //! `new-early` (no early transcript), `new+dynamic` (dynamic endpointing), `old+preemptive`,
 //! `new+threshold=0.8` (Smart Turn's score that counts as sure), `new+unsure=1.5` (the wait
 //! for plain words the model is unsure of, in seconds), `new+early_after=0.25` (the quiet,
-//! in seconds, at which the early transcript starts), `new-trim` (the process's free
+//! in seconds, at which the early transcript starts), `new-gate` (no level gate: every
+//! frame Silero hears is the caller's), `new+gate_margin=9` (how far under the caller's
+//! level, in dB, a frame is still theirs), `new+gate_down=24` (how far, in dB, a frame
+//! held to be someone else's is turned down), `new-trim` (the process's free
 //! memory not handed back every few seconds: `sublet_agent::allocator::set_trimming`).
 
 use std::path::PathBuf;
@@ -38,11 +41,11 @@ use sublet_bench::latency::{
     LatencyFigures, PlayedCall, Spread, LATE_S,
 };
 use sublet_bench::room_calls::{play_in_room, API_KEY, API_SECRET};
-use sublet_bench::test_callers::{self, TestCall};
+use sublet_bench::test_callers;
 use sublet_engine::{Engine, EngineConfig};
 use sublet_livekit_testserver::TestServer;
 use sublet_models::ModelArgs;
-use sublet_turn_detect::TurnEvent;
+use sublet_turn_detect::{LevelGateConfig, TurnEvent};
 
 #[derive(Parser, Debug)]
 #[command(name = "latency")]
@@ -99,6 +102,7 @@ fn config(name: &str) -> Result<Config> {
             old.endpoint.end_of_turn_threshold = 0.5;
             old.endpoint.min_delay_s = 0.5;
             old.endpoint.max_delay_s = 3.0;
+            old.endpoint.level_gate = None;
             old
         }
         other => bail!("unknown configuration {other:?} (old or new)"),
@@ -112,10 +116,13 @@ fn config(name: &str) -> Result<Config> {
             Some(("threshold", value)) => config.endpoint.end_of_turn_threshold = value.parse()?,
             Some(("unsure", value)) => config.endpoint.unsure_words_delay_s = Some(value.parse()?),
             Some(("early_after", value)) => config.early_transcript_after_s = value.parse()?,
+            Some(("gate_margin", value)) => gate(&mut config)?.margin_db = value.parse()?,
+            Some(("gate_down", value)) => gate(&mut config)?.attenuation_db = value.parse()?,
             _ => match change {
                 "preemptive" => config.preemptive_generation = on,
                 "early" => config.early_transcript = on,
                 "dynamic" => config.endpoint.dynamic = on,
+                "gate" => config.endpoint.level_gate = on.then(Default::default),
                 "trim" => trim = on,
                 other => bail!("unknown change {other:?} in {name:?}"),
             },
@@ -126,6 +133,15 @@ fn config(name: &str) -> Result<Config> {
         agent: config,
         trim,
     })
+}
+
+/// The configuration's level gate, to change.
+fn gate(config: &mut AgentConfig) -> Result<&mut LevelGateConfig> {
+    config
+        .endpoint
+        .level_gate
+        .as_mut()
+        .ok_or_else(|| anyhow::anyhow!("the level gate is off in this configuration"))
 }
 
 /// Keeps every end of turn the detector decided, and shows each answered turn.
@@ -174,7 +190,7 @@ fn run(args: Args) -> Result<()> {
             .map(move |(name, config)| (*condition, name, config))
     });
     for (condition, name, config) in runs {
-        let calls = heard_in(condition, &calls)?;
+        let calls = test_callers::heard_in(condition, &calls)?;
         let name = match args.conditions.as_slice() {
             [Condition::Clean] => name.clone(),
             _ => format!("{name}@{}", condition.name()),
@@ -270,31 +286,6 @@ fn run(args: Args) -> Result<()> {
 
 /// The calls as heard in `condition`, each written next to its clean recording (the
 /// voices behind a caller are the next call's).
-fn heard_in(condition: Condition, calls: &[TestCall]) -> Result<Vec<TestCall>> {
-    if condition == Condition::Clean {
-        return Ok(calls.to_vec());
-    }
-    let clean: Vec<sublet_audio::Audio> = calls
-        .iter()
-        .map(|call| sublet_audio::read_wav(&call.wav))
-        .collect::<Result<_, _>>()?;
-    calls
-        .iter()
-        .enumerate()
-        .map(|(i, call)| {
-            let speech: Vec<(f64, f64)> = call.turns.iter().map(|t| (t.start_s, t.end_s)).collect();
-            let other = &clean[(i + 1) % clean.len()];
-            let audio = condition.apply(&clean[i], &speech, other, i as u64 + 1);
-            let wav = call.wav.with_extension(format!("{}.wav", condition.name()));
-            sublet_audio::write_wav(&wav, &audio)?;
-            Ok(TestCall {
-                wav,
-                ..call.clone()
-            })
-        })
-        .collect()
-}
-
 fn print_table(results: &[ConfigRun]) {
     let Some(first_run) = results.first() else {
         return;
