@@ -6,7 +6,7 @@
 
 use sublet_audio::{read_wav, SPEECH_RATE};
 use sublet_models::ModelCache;
-use sublet_turn_detect::{EndpointConfig, TurnDetector, TurnEvent};
+use sublet_turn_detect::{EndpointConfig, LevelGateConfig, TurnDetector, TurnEvent};
 
 /// A test call's samples at 16 kHz and its utterances' spans, in seconds.
 fn call(cache: &ModelCache, name: &str) -> (Vec<f32>, Vec<(f64, f64)>) {
@@ -85,7 +85,11 @@ fn a_voice_behind_the_caller_takes_no_turn() {
             .filter(|&&at| !utterances.iter().any(|&(s, e)| at >= s - 0.15 && at <= e))
             .count()
     };
-    let (starts, ends) = turns(&cache, EndpointConfig::default(), &mixed);
+    let gated = EndpointConfig {
+        level_gate: Some(LevelGateConfig::default()),
+        ..EndpointConfig::default()
+    };
+    let (starts, ends) = turns(&cache, gated, &mixed);
     println!("gated: starts {starts:?}, ends {ends:?}");
     assert_eq!(
         outside(&starts),

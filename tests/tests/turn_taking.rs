@@ -16,7 +16,7 @@ use sublet_agent::{
 use sublet_audio::{read_wav, SPEECH_RATE};
 use sublet_models::ModelCache;
 use sublet_stt::{word_error_rate, Transcriber};
-use sublet_turn_detect::{EndpointConfig, TurnDetector, TurnEvent};
+use sublet_turn_detect::{EndpointConfig, LevelGateConfig, TurnDetector, TurnEvent};
 
 const FRAME: usize = SPEECH_RATE as usize / 50;
 const TICK: Duration = Duration::from_millis(20);
@@ -212,7 +212,10 @@ fn the_agents_own_echo_neither_interrupts_it_nor_takes_a_turn() {
             Step::AfterAgentSpeaks(Duration::from_secs(6)),
         ]
     };
-    let gated = live_call_with(&agent(&cache), steps(), 3.0, echo);
+    let mut config = AgentConfig::default();
+    config.endpoint.level_gate = Some(LevelGateConfig::default());
+    let gated_agent = VoiceAgent::load(cache.clone(), config.clone()).unwrap();
+    let gated = live_call_with(&gated_agent, steps(), 3.0, echo);
     eprintln!("gated: turns {:#?}", gated.seen.turns);
     eprintln!("gated: interruptions {:?}", gated.seen.interruptions);
     assert!(gated.seen.interruptions.is_empty());
@@ -238,7 +241,7 @@ fn the_agents_own_echo_neither_interrupts_it_nor_takes_a_turn() {
             .filter(|e| matches!(e, TurnEvent::SpeechStarted { at_s } if *at_s > asked_s + 0.5))
             .count()
     };
-    assert_eq!(starts_after_question(EndpointConfig::default()), 0);
+    assert_eq!(starts_after_question(config.endpoint.clone()), 0);
     let ungated = EndpointConfig {
         level_gate: None,
         ..EndpointConfig::default()

@@ -20,8 +20,8 @@
 //! `new-early` (no early transcript), `new+dynamic` (dynamic endpointing), `old+preemptive`,
 //! `new+threshold=0.8` (Smart Turn's score that counts as sure), `new+unsure=1.5` (the wait
 //! for plain words the model is unsure of, in seconds), `new+early_after=0.25` (the quiet,
-//! in seconds, at which the early transcript starts), `new-gate` (no level gate: every
-//! frame Silero hears is the caller's), `new+gate_margin=9` (how far under the caller's
+//! in seconds, at which the early transcript starts), `new+gate` (the level gate on: a
+//! frame well under the caller's level is not theirs), `new+gate_margin=9` (how far under the caller's
 //! level, in dB, a frame is still theirs), `new+gate_down=24` (how far, in dB, a frame
 //! held to be someone else's is turned down), `new-trim` (the process's free
 //! memory not handed back every few seconds: `sublet_agent::allocator::set_trimming`).
@@ -116,8 +116,8 @@ fn config(name: &str) -> Result<Config> {
             Some(("threshold", value)) => config.endpoint.end_of_turn_threshold = value.parse()?,
             Some(("unsure", value)) => config.endpoint.unsure_words_delay_s = Some(value.parse()?),
             Some(("early_after", value)) => config.early_transcript_after_s = value.parse()?,
-            Some(("gate_margin", value)) => gate(&mut config)?.margin_db = value.parse()?,
-            Some(("gate_down", value)) => gate(&mut config)?.attenuation_db = value.parse()?,
+            Some(("gate_margin", value)) => gate(&mut config).margin_db = value.parse()?,
+            Some(("gate_down", value)) => gate(&mut config).attenuation_db = value.parse()?,
             _ => match change {
                 "preemptive" => config.preemptive_generation = on,
                 "early" => config.early_transcript = on,
@@ -135,13 +135,12 @@ fn config(name: &str) -> Result<Config> {
     })
 }
 
-/// The configuration's level gate, to change.
-fn gate(config: &mut AgentConfig) -> Result<&mut LevelGateConfig> {
+/// The configuration's level gate, on, to change.
+fn gate(config: &mut AgentConfig) -> &mut LevelGateConfig {
     config
         .endpoint
         .level_gate
-        .as_mut()
-        .ok_or_else(|| anyhow::anyhow!("the level gate is off in this configuration"))
+        .get_or_insert_with(Default::default)
 }
 
 /// Keeps every end of turn the detector decided, and shows each answered turn.
