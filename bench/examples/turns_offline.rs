@@ -7,15 +7,13 @@
 //! turns_offline [--conditions clean,voices8] [--gates off,9,12/0.3/0]
 //! ```
 //!
-//! A gate is `off` or `MARGIN[/HOLD[/DOWN[/RISE[/FALL[/ENV_RISE[/ENV_FALL[/STRONG[/HIGH_PASS]]]]]]]]`: dB under
+//! A gate is `off` or `MARGIN[/HOLD[/DOWN[/RISE[/FALL[/ENV_RISE[/ENV_FALL[/STRONG[/HIGH_PASS[/SILENCE[/ONSET[/PAUSE]]]]]]]]]]]`: dB under
 //! the caller's level, seconds held after their speech, dB a dropped frame is turned down,
 //! the caller's level's and the envelope's time constants, dB under the caller's level of a
-//! frame that holds the gate open, the frequency under which power is not counted
-//! (`LevelGateConfig`'s defaults
+//! frame that holds the gate open, the frequency under which power is not counted, dB
+//! above the room's floor of a frame that is silence, seconds a sound after the caller's
+//! pause of theirs is held theirs, and the longest such pause (`LevelGateConfig`'s defaults
 //! where left out).
-//!
-//! ```text
-//! ```
 
 use anyhow::Result;
 use clap::Parser;
@@ -60,6 +58,9 @@ fn main() -> Result<()> {
                         &mut config.envelope_fall_s,
                         &mut config.strong_db,
                         &mut config.high_pass_hz,
+                        &mut config.silence_db,
+                        &mut config.onset_s,
+                        &mut config.pause_s,
                     ] {
                         if let Some(value) = values.next() {
                             *field = value.parse()?;

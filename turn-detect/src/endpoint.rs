@@ -62,9 +62,7 @@ pub struct EndpointConfig {
     /// in one pass.
     pub max_turn_s: Option<f64>,
     /// Frames well below the caller's own level are not the caller's speech
-    /// ([`crate::level_gate`]; `None`, the default: every frame the VAD hears is). Off by
-    /// default while it also ends speech at a short pause Silero bridges ("Hello. —
-    /// What is…" became two spans in `vad_finds_the_speech_spans_of_a_test_call`).
+    /// ([`crate::level_gate`]; `None`: every frame the VAD hears is).
     pub level_gate: Option<LevelGateConfig>,
 }
 
@@ -83,7 +81,7 @@ impl Default for EndpointConfig {
             dynamic_margin_s: 0.5,
             dynamic_weight: 0.3,
             max_turn_s: Some(30.0),
-            level_gate: None,
+            level_gate: Some(LevelGateConfig::default()),
         }
     }
 }

@@ -14,9 +14,16 @@
 //! - a frame whose envelope is more than `margin_db` below the caller's level is not the
 //!   caller's, unless it comes within `hold_s` of a frame of their speech within
 //!   `strong_db` of their level (a sentence's quiet last words; a room's voice, further
-//!   below, seldom comes that near, so it does not keep the hold open): its speech probability reads 0 for the turn-taking rules, and its audio is
-//!   turned down by `attenuation_db` for the end-of-turn model and the transcriber, with
-//!   the gain ramped across the frame so that no click is added.
+//!   below, seldom comes that near, so it does not keep the hold open), nor so quiet that
+//!   it is the room's silence after the caller's speech (its own power within `silence_db`
+//!   of the room's floor, the quietest frames of the last seconds, with the last frame
+//!   above it the caller's: a pause between their words is theirs, and whether it ends
+//!   their turn is the VAD's and the endpoint rules' to say; silence after a voice behind
+//!   them is that voice's, and the VAD's lingering on it is not the caller's speech): its
+//!   speech probability reads 0 for the
+//!   turn-taking rules, and its audio is turned down by `attenuation_db` for the
+//!   end-of-turn model and the transcriber, with the gain ramped across the frame so that
+//!   no click is added.
 //!
 //! Before the caller's first speech there is no level, and nothing is gated.
 
@@ -43,6 +50,18 @@ pub struct LevelGateConfig {
     pub hold_s: f64,
     /// …where a strong frame is within this many dB of the caller's level.
     pub strong_db: f64,
+    /// A frame whose own power is within this many dB of the room's floor is silence,
+    /// not someone else's speech, and is left to the VAD…
+    pub silence_db: f64,
+    /// …where the floor falls at once to a quieter frame and rises this many dB a second
+    /// (slowly: a voice behind the caller, with its gaps between words, keeps it low).
+    pub floor_rise_db_s: f64,
+    /// A sound after a pause of the caller's is held theirs at least this long (a word's
+    /// onset is quiet, and the envelope takes a moment to rise to their level)…
+    pub onset_s: f64,
+    /// …where a pause is their silence up to this long (longer, their turn is over, and
+    /// a sound after it has no such grace: it may well be the room's).
+    pub pause_s: f64,
 }
 
 impl Default for LevelGateConfig {
@@ -60,6 +79,10 @@ impl Default for LevelGateConfig {
             speech_probability: 0.5,
             hold_s: 0.3,
             strong_db: 4.0,
+            silence_db: 6.0,
+            floor_rise_db_s: 3.0,
+            onset_s: 0.1,
+            pause_s: 0.5,
         }
     }
 }
@@ -87,6 +110,12 @@ pub struct LevelGate {
     gain: f32,
     /// Seconds since the caller's last strong speech frame.
     since_caller_s: f64,
+    /// The room's floor: the quietest frames' power, in dB.
+    floor_db: Option<f64>,
+    /// Whether the last frame above the floor was someone else's.
+    room_spoke_last: bool,
+    /// Seconds of silence since the last frame above the floor.
+    silent_for_s: f64,
     /// The high-pass filter's state: its last two inputs and outputs.
     filter: [f64; 4],
 }
@@ -106,6 +135,9 @@ impl LevelGate {
             caller_db: None,
             gain: 1.0,
             since_caller_s: f64::INFINITY,
+            floor_db: None,
+            room_spoke_last: false,
+            silent_for_s: 0.0,
             filter: [0.0; 4],
         }
     }
@@ -132,8 +164,29 @@ impl LevelGate {
         let below = self
             .caller_db
             .is_some_and(|caller| level_db < caller - c.margin_db);
+        let frame_db = db(power);
+        let floor = match self.floor_db {
+            Some(floor) => frame_db.min(floor + c.floor_rise_db_s * duration_s),
+            None => frame_db,
+        };
+        self.floor_db = Some(floor);
+        let silent = frame_db < floor + c.silence_db;
         self.since_caller_s += duration_s;
-        let dropped = below && self.since_caller_s > c.hold_s;
+        let someone_elses = below && self.since_caller_s > c.hold_s;
+        let dropped = match silent {
+            true => someone_elses && self.room_spoke_last,
+            false => someone_elses,
+        };
+        if !silent {
+            self.room_spoke_last = dropped;
+            self.silent_for_s = 0.0;
+        } else {
+            self.silent_for_s += duration_s;
+            if !self.room_spoke_last && self.silent_for_s <= c.pause_s {
+                // The caller's pause: their next sound is held theirs for its onset.
+                self.since_caller_s = self.since_caller_s.min(c.hold_s - c.onset_s);
+            }
+        }
         let strong = self
             .caller_db
             .is_none_or(|caller| level_db >= caller - c.strong_db);
@@ -234,6 +287,29 @@ mod tests {
             .collect()
     }
 
+    /// Digital silence.
+    const ZERO: f64 = -120.0;
+
+    /// `seconds` of a voice as speech comes: syllables of 0.2 s at `db`, each followed by
+    /// 0.1 s of the room at `gap_db` (a steady tone would be the room's floor itself).
+    fn speak(
+        gate: &mut LevelGate,
+        db: f64,
+        gap_db: f64,
+        seconds: f64,
+        probability: f32,
+    ) -> Vec<Gated> {
+        let mut phase = 0.0;
+        let frames = (seconds * RATE / FRAME as f64) as usize;
+        (0..frames)
+            .map(|i| {
+                let at_s = i as f64 * FRAME as f64 / RATE;
+                let level = if at_s % 0.3 < 0.2 { db } else { gap_db };
+                gate.frame(&tone(level, &mut phase), RATE, probability)
+            })
+            .collect()
+    }
+
     #[test]
     fn nothing_is_gated_before_the_caller_speaks() {
         let mut gate = LevelGate::new(LevelGateConfig::default());
@@ -253,9 +329,10 @@ mod tests {
         });
         feed(&mut gate, -20.0, 2.0, 0.9);
         // The caller pauses; a voice 12 dB down speaks on (past the envelope's decay).
-        let behind = feed(&mut gate, -32.0, 1.0, 0.9);
-        // Dropped once the envelope has fallen and the hold after the caller's speech ended.
-        assert!(behind[..10].iter().all(|g| !g.dropped));
+        let behind = speak(&mut gate, -32.0, ZERO, 1.0, 0.9);
+        // Dropped once the envelope has fallen and the hold after the caller's speech ended
+        // (its gaps too: the VAD's lingering on it is not the caller's speech).
+        assert!(behind[..9].iter().all(|g| !g.dropped));
         assert!(behind[20..]
             .iter()
             .all(|g| g.dropped && g.probability == 0.0));
@@ -285,12 +362,12 @@ mod tests {
     fn a_louder_caller_after_a_room_voice_takes_the_level() {
         let mut gate = LevelGate::new(LevelGateConfig::default());
         // The room's voice speaks first, so it sets the level…
-        feed(&mut gate, -32.0, 2.0, 0.9);
+        speak(&mut gate, -32.0, ZERO, 2.0, 0.9);
         // …then the caller, 12 dB louder, who takes it within a second…
         feed(&mut gate, -20.0, 1.5, 0.9);
         assert!(gate.caller_db().unwrap() > -22.0);
         // …after which the room's voice is gated.
-        let behind = feed(&mut gate, -32.0, 1.0, 0.9);
+        let behind = speak(&mut gate, -32.0, ZERO, 1.0, 0.9);
         assert!(behind[20..].iter().all(|g| g.dropped));
     }
 
@@ -298,8 +375,9 @@ mod tests {
     fn a_sentences_quiet_end_is_held_as_the_callers() {
         let mut gate = LevelGate::new(LevelGateConfig::default());
         feed(&mut gate, -20.0, 2.0, 0.9);
-        // Their last word, 15 dB down: theirs for the hold's 0.3 s after their strong speech…
-        let tail = feed(&mut gate, -35.0, 0.6, 0.9);
+        // Their last words, 15 dB down: theirs for the hold's 0.3 s after their strong
+        // speech…
+        let tail = speak(&mut gate, -35.0, ZERO, 0.6, 0.9);
         let held = tail.iter().take_while(|g| !g.dropped).count();
         assert!((8..=11).contains(&held), "{held} frames held");
         // …and after it, as long as it stays that far down, someone else's.
@@ -326,6 +404,32 @@ mod tests {
             "{:?}",
             gate.caller_db()
         );
+    }
+
+    #[test]
+    fn a_pause_between_the_callers_words_is_left_to_the_vad() {
+        // The caller speaks in a quiet room, 40 dB under them…
+        let mut gate = LevelGate::new(LevelGateConfig::default());
+        speak(&mut gate, -20.0, -60.0, 2.0, 0.9);
+        // …and pauses past the hold, which the VAD still hears as their speech going on:
+        // its probability stands…
+        let pause = feed(&mut gate, -60.0, 0.8, 0.6);
+        assert!(pause.iter().all(|g| !g.dropped && g.probability == 0.6));
+        // …but their turn is over: a voice 15 dB down is someone else's from its first
+        // frame, and so are its gaps.
+        let voice = speak(&mut gate, -35.0, -60.0, 1.0, 0.6);
+        assert!(voice.iter().all(|g| g.dropped));
+        // So is digital silence after it, where a VAD still lingers on that voice…
+        let after = feed(&mut gate, ZERO, 0.3, 0.6);
+        assert!(after.iter().all(|g| g.dropped));
+        // …but not the same silence after the caller's own words…
+        speak(&mut gate, -20.0, -60.0, 1.0, 0.9);
+        let pause = feed(&mut gate, ZERO, 0.4, 0.6);
+        assert!(pause.iter().all(|g| !g.dropped));
+        // …nor the quiet onset of their next word after that short pause.
+        let onset = feed(&mut gate, -35.0, 0.2, 0.9);
+        let held = onset.iter().take_while(|g| !g.dropped).count();
+        assert_eq!(held, 3, "the onset's first {held} frames held");
     }
 
     #[test]

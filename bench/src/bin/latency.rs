@@ -20,8 +20,8 @@
 //! `new-early` (no early transcript), `new+dynamic` (dynamic endpointing), `old+preemptive`,
 //! `new+threshold=0.8` (Smart Turn's score that counts as sure), `new+unsure=1.5` (the wait
 //! for plain words the model is unsure of, in seconds), `new+early_after=0.25` (the quiet,
-//! in seconds, at which the early transcript starts), `new+gate` (the level gate on: a
-//! frame well under the caller's level is not theirs), `new+gate_margin=9` (how far under the caller's
+//! in seconds, at which the early transcript starts), `new-gate` (the level gate, on by
+//! default, off: every frame the VAD hears is the caller's), `new+gate_margin=9` (how far under the caller's
 //! level, in dB, a frame is still theirs), `new+gate_down=24` (how far, in dB, a frame
 //! held to be someone else's is turned down), `new-trim` (the process's free
 //! memory not handed back every few seconds: `sublet_agent::allocator::set_trimming`).
