@@ -107,10 +107,10 @@ pub const COMING_AT_MOST_S: f64 = 3.0;
 /// What to tell the engine of a caller's quiet ([`ComingHint::news`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Coming {
-    /// Their turn may be coming: the engine keeps its steps small (`Engine::turn_coming`).
+    /// Their turn may be coming: the engine keeps its steps small (`CallLine::turn_coming`).
     Told,
     /// They speak again before their turn was sent: the turn told of is not coming, and
-    /// the agents' steps need not stay small for it (`Engine::turn_not_coming`).
+    /// the agents' steps need not stay small for it (`CallLine::turn_not_coming`).
     Withdrawn,
 }
 

@@ -87,18 +87,20 @@ impl TurnHint {
     }
 
     pub fn send(&self) -> Result<(), EngineError> {
-        self.engine.turn_hint(self.call_id, self.conversation())
+        self.engine
+            .call_line(self.call_id)
+            .turn_hint(self.conversation())
     }
 
     /// The hint without its one-token request: the caller went quiet, and the engine
     /// makes room for a turn that may follow, computing nothing for it.
     pub fn coming(&self) {
-        self.engine.turn_coming(self.call_id);
+        self.engine.call_line(self.call_id).turn_coming();
     }
 
     /// The caller speaks again: the turn told of by [`TurnHint::coming`] is not coming.
     pub fn not_coming(&self) {
-        self.engine.turn_not_coming(self.call_id);
+        self.engine.call_line(self.call_id).turn_not_coming();
     }
 }
 

@@ -10,12 +10,13 @@
 //! - `history.rs`: a call's conversation so far, as the caller heard it;
 //! - `turn_failure.rs`: a turn's failure kept to the turn (its outcome, the deadline,
 //!   injected faults);
-//! - [`call`]: a recorded call, played in real time as a live one or fast, turn by turn;
-//! - `caller.rs`: the caller's side of every call: detector, early transcript, and the
-//!   [`dispatch`] rules (pure) that turn events into the responder's work and turn hints;
+//! - [`call`]: one call: what it tells its observer (`observer.rs`), the caller's side of
+//!   every call (`caller.rs`: detector, early transcript, and the [`dispatch`] rules, pure,
+//!   that turn events into the responder's work and turn hints), a live caller answered
+//!   while their audio keeps coming (`live.rs`), a recorded call played in real time as a
+//!   live one or fast, turn by turn (`recorded.rs`);
 //! - `early_transcript.rs`: the turn transcribed as the caller stops, for the end-of-turn
 //!   rules and the reply;
-//! - `live.rs`: a live caller, answered while their audio keeps coming;
 //! - [`barge_in`]: when the caller talking over the agent stops it (pure rules);
 //! - [`playout`]: the agent's speech queued for real-time playing, pausable and cut short;
 //! - [`persona`]: who the agent is (instructions, greeting, fallback phrase, voice), from a
@@ -25,11 +26,9 @@ pub mod allocator;
 pub mod barge_in;
 pub mod call;
 pub mod call_log;
-mod caller;
 pub mod dispatch;
 mod early_transcript;
 mod history;
-mod live;
 pub mod models;
 pub mod persona;
 pub mod playout;
@@ -53,9 +52,11 @@ use sublet_turn_detect::{EndpointConfig, TurnDetector};
 use pool::Pool;
 
 pub use barge_in::InterruptionConfig;
-pub use call::{CallObserver, CallOutcome, Pacing, Quiet, ReplyTrack};
+pub use call::{
+    CallObserver, CallOutcome, Interruption, InterruptionOutcome, Pacing, Quiet, ReplyTrack,
+    WordCheck,
+};
 pub use early_transcript::EARLY_TRANSCRIPT_AFTER_S;
-pub use live::{Interruption, InterruptionOutcome, WordCheck};
 pub use persona::{Persona, VoiceSettings};
 pub use playout::Playout;
 pub use pool::{Pooled, KEPT_IDLE};

@@ -276,7 +276,7 @@ impl Responder {
         let first_sentence_at = Instant::now();
         let audio = match sentences.first() {
             Some(first) => {
-                self.engine.first_sentence_out(self.call_id);
+                self.engine.call_line(self.call_id).first_sentence_out();
                 Some(self.synthesize(turn, first)?)
             }
             None => None,

@@ -8,8 +8,7 @@
 //! `NO_CAP=1` leaves glibc's malloc arenas uncapped (see `sublet_agent::allocator`).
 use std::sync::Arc;
 use sublet_agent::{AgentConfig, Pacing, Quiet, VoiceAgent};
-use sublet_engine::make_room::{PolicyConfig, Switches};
-use sublet_engine::{Engine, EngineConfig, VOICE_PRIORITY};
+use sublet_engine::{deployed_make_room, Engine, EngineConfig};
 use sublet_models::ModelCache;
 
 fn rss_mb() -> f64 {
@@ -24,11 +23,7 @@ fn main() -> anyhow::Result<()> {
     let realtime = std::env::args().nth(2).is_some_and(|a| a == "realtime");
     let cache = ModelCache::from_env();
     let engine = Arc::new(Engine::load(&EngineConfig {
-        make_room: Some(PolicyConfig {
-            switches: Switches::all(),
-            whole_prompt_priority: Some(VOICE_PRIORITY),
-            ..PolicyConfig::default()
-        }),
+        make_room: Some(deployed_make_room()),
         ..EngineConfig::from_cache(&cache)?
     })?);
     let agent = VoiceAgent::with_engine(

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use sublet_engine::server::{router, serve, ConnectionLimits, Metrics, ServerConfig};
 use sublet_engine::Engine;
+use sublet_server::{router, serve, ConnectionLimits, Metrics, ServerConfig};
 
 use crate::stats::AgentCallRecord;
 use crate::trace::{sessions, AgentCall};

@@ -421,17 +421,13 @@ pub fn voice_gaps(
     })
 }
 
-/// The process's peak and current resident memory, in MB.
+/// The process's peak and current resident memory, in MB (NaN where unknown).
 pub fn resident_mb() -> (f64, f64) {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|rest| rest.split_whitespace().next()?.parse::<f64>().ok())
-            .map_or(f64::NAN, |kb| kb / 1024.0)
-    };
-    (field("VmHWM:"), field("VmRSS:"))
+    let mb = |bytes: Option<u64>| bytes.map_or(f64::NAN, |b| b as f64 / (1024.0 * 1024.0));
+    (
+        mb(sublet_engine::memory::peak_resident_bytes()),
+        mb(sublet_engine::memory::resident_bytes()),
+    )
 }
 
 /// One prompt of the quality line, and what a right answer must contain (any of).

@@ -218,7 +218,7 @@ fn named_directly(headers: &HeaderMap) -> bool {
     let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else {
         return false;
     };
-    let name = sublet_engine::server::host_name(host);
+    let name = sublet_server::host_name(host);
     name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::IpAddr>().is_ok()
 }
 

@@ -13,8 +13,7 @@ use sublet_agent::CallObserver;
 use sublet_agent::{AgentConfig, Quiet, VoiceAgent};
 use sublet_audio::write_wav;
 use sublet_demos::{CallerRoom, ViewArgs, PARTIAL_TRANSCRIPT_EVERY_S};
-use sublet_engine::make_room::{PolicyConfig, Switches};
-use sublet_engine::{Engine, EngineConfig, VOICE_PRIORITY};
+use sublet_engine::{deployed_make_room, Engine, EngineConfig};
 use sublet_livekit::{CallOptions, LiveKitAgent, WorkerOptions};
 use sublet_livekit_testserver::TestServer;
 use sublet_models::ModelCache;
@@ -69,11 +68,7 @@ fn a_call_on_the_page(answered: Answered) {
     // The deployed shape: make-room schedules the engine, so the page has KV figures.
     let engine = Arc::new(
         Engine::load(&EngineConfig {
-            make_room: Some(PolicyConfig {
-                switches: Switches::all(),
-                whole_prompt_priority: Some(VOICE_PRIORITY),
-                ..PolicyConfig::default()
-            }),
+            make_room: Some(deployed_make_room()),
             ..EngineConfig::from_cache(&cache).unwrap()
         })
         .unwrap(),

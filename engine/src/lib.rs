@@ -6,6 +6,7 @@
 //! 540 MB, and the products equal the dequantized-F32 path's up to summation order. Stock
 //! candle rounds the activations to 8 bits instead.
 
+mod call_line;
 mod chat;
 mod cpu_priority;
 mod device;
@@ -30,6 +31,7 @@ use mistralrs_core::{
 };
 use sublet_models::{MissingModel, ModelCache};
 
+pub use call_line::CallLine;
 use chat::{chat_messages, engine_tools};
 pub use chat::{
     ChatRequest, Message, Prompt, Repetition, ReplyFormat, Role, Tool, ToolCall, ToolChoice,
@@ -49,7 +51,17 @@ pub use tokens::TokenCounter;
 pub use sublet_make_room as make_room;
 pub mod probe;
 pub mod random_model;
-pub mod server;
+
+/// make-room as Sublet's programs run it beside a voice agent: every switch on, and a
+/// call's prompts (at [`VOICE_PRIORITY`] or more urgent) computed whole. A program changes
+/// from here only what it is asked for (a KV budget, a chunk size, switches from a flag).
+pub fn deployed_make_room() -> make_room::PolicyConfig {
+    make_room::PolicyConfig {
+        switches: make_room::Switches::all(),
+        whole_prompt_priority: Some(VOICE_PRIORITY),
+        ..make_room::PolicyConfig::default()
+    }
+}
 
 /// How the engine loads and runs.
 #[derive(Debug, Clone)]
@@ -76,8 +88,8 @@ pub struct EngineConfig {
     /// with agents.
     pub compute_nice: i32,
     /// Under make-room on the CPU, run a step's decodes inside its prompt chunk's pass
-    /// where the model takes them (the GGUF llama, qwen2 and qwen3 models; patches 32 and
-    /// 36 of the series): on a CPU each pass reads every weight once. On by default; off,
+    /// where the model takes them (the GGUF llama, qwen2 and qwen3 models; patches 24 and
+    /// 25 of the series): on a CPU each pass reads every weight once. On by default; off,
     /// they are passes of their own, as stock runs them.
     pub mixed_passes: bool,
 }
@@ -284,44 +296,9 @@ impl Engine {
         self.runtime.block_on(self.chat_async(request))
     }
 
-    /// The turn hint: the caller of `session` just stopped speaking, so a turn is coming.
-    /// Sends the engine a one-token request for the call (at voice priority, with the
-    /// call's conversation so far) and lets it run to its end in the background.
-    pub fn turn_hint(&self, session: u64, messages: Vec<Message>) -> Result<(), EngineError> {
-        let mut stream = self.chat(ChatRequest {
-            priority: VOICE_PRIORITY,
-            session: Some(session),
-            thinking: Some(false),
-            ..ChatRequest::new(messages, 1)
-        })?;
-        self.runtime
-            .spawn(async move { while stream.next().await.is_some() {} });
-        Ok(())
-    }
-
-    /// The caller of `session` has gone quiet, and their turn may be coming: make-room
-    /// keeps its next steps small for a while (computing nothing for the turn, holding no
-    /// one back), so the pass in flight when the turn arrives is short. The turn's request
-    /// ends it, as does [`Engine::turn_not_coming`].
-    pub fn turn_coming(&self, session: u64) {
-        if let Some(handle) = &self.make_room {
-            handle.turn_coming(session);
-        }
-    }
-
-    /// The caller of `session` speaks again: the turn they went quiet for is not coming.
-    pub fn turn_not_coming(&self, session: u64) {
-        if let Some(handle) = &self.make_room {
-            handle.turn_not_coming(session);
-        }
-    }
-
-    /// The reply of call `session` has its first complete sentence (on its way to speech):
-    /// make-room stops holding agents back for this turn, before its token window ends.
-    pub fn first_sentence_out(&self, session: u64) {
-        if let Some(handle) = &self.make_room {
-            handle.first_sentence_out(session);
-        }
+    /// The voice-only signals of call `session` to make-room ([`CallLine`]).
+    pub fn call_line(self: &Arc<Self>, session: u64) -> CallLine {
+        CallLine::new(self.clone(), session)
     }
 
     /// [`Engine::chat`] for async callers (the HTTP server).
@@ -578,40 +555,4 @@ fn model_dtype(dtype: candle_core::DType) -> ModelDType {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn config(model: PathBuf) -> EngineConfig {
-        EngineConfig {
-            model,
-            chat_template: None,
-            weights: Weights::default(),
-            max_running: 1,
-            accelerator: Accelerator::Cpu,
-            make_room: None,
-            compute_nice: 0,
-            mixed_passes: true,
-        }
-    }
-
-    /// A caller tells a model it must fetch from one that will not load.
-    #[test]
-    fn load_failures_say_which_case_they_are() {
-        let missing = std::env::temp_dir().join("sublet-no-such-model.gguf");
-        let err = Engine::load(&config(missing.clone())).err();
-        assert!(
-            matches!(&err, Some(LoadError::NoFile(p)) if *p == missing),
-            "{err:?}"
-        );
-
-        let corrupt =
-            std::env::temp_dir().join(format!("sublet-corrupt-{}.gguf", std::process::id()));
-        std::fs::write(&corrupt, b"GGUF but not really a model file at all").unwrap();
-        let err = Engine::load(&config(corrupt.clone())).err();
-        std::fs::remove_file(&corrupt).ok();
-        assert!(
-            matches!(&err, Some(LoadError::Model { path, .. }) if *path == corrupt),
-            "{err:?}"
-        );
-    }
-}
+mod tests;

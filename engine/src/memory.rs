@@ -144,7 +144,7 @@ pub fn heap_figures() -> Option<HeapFigures> {
     }
 }
 
-pub use sublet_heap::resident_bytes;
+pub use sublet_heap::{peak_resident_bytes, resident_bytes};
 
 /// A figure costly to take, taken at most once per `every` however often it is asked for,
 /// the rest served from the last snapshot: the allocator's figures walk every arena under

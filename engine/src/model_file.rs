@@ -200,7 +200,7 @@ pub(crate) fn system_role(given: Option<&Path>, facts: Option<GgufFacts>) -> boo
 
 /// Whether mistral.rs's model for this GGUF decodes sequences of different lengths in one
 /// forward pass, and runs mixed passes: its llama, qwen2 and qwen3 models do (patches 5
-/// and 32 of the series, 35 and 36 for the qwen models), the others batch only sequences
+/// and 24 of the series, 25 for the qwen models), the others batch only sequences
 /// of equal length.
 pub(crate) fn batches_unequal_lengths(facts: Option<&GgufFacts>) -> bool {
     facts.is_some_and(|facts| {

@@ -43,6 +43,8 @@ pub struct Turn {
     pub first_token_ms: f64,
     pub gaps_ms: Vec<f64>,
     pub median_gap_ms: f64,
+    /// The text of the measured tokens (greedy, so the same whatever runs beside it).
+    pub text: String,
     /// The agents' tokens from the turn's sending to its last measured token.
     pub agent_tokens: usize,
     /// The scheduler when the turn was sent, and when its first token arrived.
@@ -127,11 +129,13 @@ fn voice_turn(engine: &Engine, agent_tokens: &AtomicUsize) -> Result<Turn> {
     let sent = Instant::now();
     let mut stream = engine.chat(voice_request())?;
     let mut times = Vec::new();
+    let mut text = String::new();
     let mut at_first_token = None;
     while times.len() <= GAPS {
         match stream.next_blocking() {
-            Some(Ok(StreamEvent::Text(_))) => {
+            Some(Ok(StreamEvent::Text(piece))) => {
                 times.push(sent.elapsed());
+                text.push_str(&piece);
                 at_first_token.get_or_insert_with(|| engine.scheduler_state());
             }
             Some(Ok(StreamEvent::Done(_))) | None => break,
@@ -147,6 +151,7 @@ fn voice_turn(engine: &Engine, agent_tokens: &AtomicUsize) -> Result<Turn> {
         first_token_ms: ms(first_token),
         median_gap_ms: median(&gaps_ms),
         gaps_ms,
+        text,
         agent_tokens,
         at_arrival,
         at_first_token: at_first_token.expect("a first token"),

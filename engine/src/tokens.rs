@@ -25,7 +25,7 @@ pub struct TokenCounter {
 impl TokenCounter {
     /// `count` tokenizes a text (without special tokens); `longest_token_bytes` is the
     /// longest vocabulary entry's length in bytes.
-    pub(crate) fn new(
+    pub fn new(
         count: impl Fn(&str) -> Option<usize> + Send + Sync + 'static,
         longest_token_bytes: usize,
     ) -> Self {

@@ -1,4 +1,4 @@
-//! The quantized weights' matrix products (candle patches 2 and 6): f32 activations times
+//! The quantized weights' matrix products (candle patch 2): f32 activations times
 //! Q4_0/Q4_1/Q5_0/Q8_0/Q4_K/Q6_K weights give the dequantized-f32 product, for one row (a
 //! decode step), a few rows (a pass of a few sequences), a prompt chunk's (tiles, up to 256
 //! rows) and more (a long prompt, dequantized). Stock candle rounds the activations to 8
@@ -61,7 +61,7 @@ fn quantized_products_equal_the_dequantized_f32_products() -> candle_core::Resul
     Ok(())
 }
 
-/// The tiles read a block's f16 scales from a table of every f16's value (candle patch 9):
+/// The tiles read a block's f16 scales from a table of every f16's value (candle patch 2):
 /// rows of every magnitude, whose blocks' scales are zero, subnormal, normal and large f16s,
 /// give each row's dequantized product to within that row's own scale.
 #[test]

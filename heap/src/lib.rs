@@ -30,7 +30,7 @@ mod record;
 pub mod interpose;
 
 pub use owner::{owned_by, set_thread_owner, Owner, OwnerGuard};
-pub use pages::{file_backed_bytes, resident_bytes};
+pub use pages::{file_backed_bytes, peak_resident_bytes, resident_bytes};
 pub use record::{large_blocks, BlockFigures, LargeBlocks, LARGE_BLOCK};
 
 /// Replaces the process's `malloc`, `calloc`, `realloc`, `free` and the aligned allocators

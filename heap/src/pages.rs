@@ -56,6 +56,11 @@ pub fn resident_bytes() -> Option<u64> {
     status_bytes(["VmRSS:"]).map(|[rss]| rss)
 }
 
+/// The process's peak resident memory so far (Linux's `VmHWM`), else `None`.
+pub fn peak_resident_bytes() -> Option<u64> {
+    status_bytes(["VmHWM:"]).map(|[peak]| peak)
+}
+
 /// Resident pages backed by files or shared memory (Linux's `RssFile` + `RssShmem`): the
 /// program's code, its libraries, any file mapped in.
 pub fn file_backed_bytes() -> Option<u64> {

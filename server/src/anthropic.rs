@@ -13,7 +13,7 @@ use super::api::Parsed;
 use super::error::ApiError;
 use super::limits::{check_sampling, checked_choice, Limits};
 use super::openai::malformed;
-use crate::{ChatRequest, Message, Prompt, ReplyFormat, Role, Tool, ToolCall, ToolChoice};
+use sublet_engine::{ChatRequest, Message, Prompt, ReplyFormat, Role, Tool, ToolCall, ToolChoice};
 
 /// A Messages request as clients send it. Unknown fields are ignored (Claude Code sends
 /// `context_management`, `output_config`, ...), as Anthropic's server does for betas a

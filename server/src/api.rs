@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use super::anthropic;
 use super::openai::{self, responses, ApiError, Limits};
-use crate::{ChatRequest, Finish, StreamEvent, ToolCall};
+use sublet_engine::{ChatRequest, Finish, StreamEvent, ToolCall};
 
 /// Which API a request came through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

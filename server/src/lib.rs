@@ -8,7 +8,7 @@
 //! `GET /health`, `GET /metrics` (Prometheus text, behind the key when one is set). All
 //! of them are one engine request underneath ([`api`]). A request may carry `priority`
 //! (lower is more urgent, as in vLLM) within the operator's range ([`Limits::priorities`]);
-//! without one it runs at [`AGENT_PRIORITY`](crate::AGENT_PRIORITY). Every refusal is a
+//! without one it runs at [`AGENT_PRIORITY`](sublet_engine::AGENT_PRIORITY). Every refusal is a
 //! JSON error in its API's shape and touches nothing else in flight.
 //!
 //! What a client cannot push past: [`serve`]'s bound on connections and deadline for
@@ -45,13 +45,13 @@ use serde_json::json;
 use subtle::ConstantTimeEq;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::{Engine, EngineError, ReplyFormat, StreamEvent};
 use api::{Admitted, Api, Parsed};
 pub use connections::{serve, ConnectionLimits};
 pub use error::ApiError;
 pub use host::name_of as host_name;
 pub use limits::Limits;
 pub use metrics::Metrics;
+use sublet_engine::{Engine, EngineError, ReplyFormat, StreamEvent};
 
 /// How the server behaves.
 #[derive(Debug, Clone)]
@@ -105,7 +105,7 @@ struct AppState {
     metrics: Arc<Metrics>,
     in_flight: Arc<Semaphore>,
     /// `/metrics`' costly lines (the heap's figures, the process's own), sampled.
-    memory_lines: crate::memory::Sampled<Arc<str>>,
+    memory_lines: sublet_engine::memory::Sampled<Arc<str>>,
     /// Responses kept for `previous_response_id`.
     kept: openai::responses::Kept,
 }
@@ -117,7 +117,7 @@ pub fn router(engine: Arc<Engine>, config: ServerConfig, metrics: Arc<Metrics>) 
         in_flight: Arc::new(Semaphore::new(config.max_in_flight)),
         config,
         metrics,
-        memory_lines: crate::memory::Sampled::new(crate::memory::SAMPLE_EVERY),
+        memory_lines: sublet_engine::memory::Sampled::new(sublet_engine::memory::SAMPLE_EVERY),
         kept: openai::responses::Kept::default(),
     });
     let door = |api: Api| {

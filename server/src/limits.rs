@@ -4,7 +4,7 @@
 use std::ops::RangeInclusive;
 
 use super::error::ApiError;
-use crate::{Tool, ToolChoice, AGENT_PRIORITY};
+use sublet_engine::{Tool, ToolChoice, AGENT_PRIORITY};
 
 /// Most stop texts a request may give, as OpenAI allows.
 pub const MAX_STOPS: usize = 4;

@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use super::api::Api;
-use crate::memory::EngineMemory;
-use crate::scheduler::SchedulerState;
+use sublet_engine::memory::EngineMemory;
+use sublet_engine::scheduler::SchedulerState;
 
 #[derive(Debug, Default, Clone, Copy)]
 struct PerPriority {
@@ -333,7 +333,7 @@ pub fn render_scheduler(state: &SchedulerState) -> String {
 /// step) and the process's resident memory and heap they are read against. A figure not
 /// known here (off glibc, without the counting allocator) is left out.
 pub fn render_memory(memory: &EngineMemory) -> String {
-    let heap = crate::memory::heap_figures();
+    let heap = sublet_engine::memory::heap_figures();
     let gauges: [(&str, &str, Option<u64>); 8] = [
         (
             "sublet_engine_weights_bytes",
@@ -363,7 +363,7 @@ pub fn render_memory(memory: &EngineMemory) -> String {
         (
             "sublet_process_resident_bytes",
             "The process's resident memory.",
-            crate::memory::resident_bytes(),
+            sublet_engine::memory::resident_bytes(),
         ),
         (
             "sublet_process_heap_in_use_bytes",

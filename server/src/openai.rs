@@ -18,7 +18,7 @@ use super::api::{Admitted, Api, Parsed};
 pub use super::error::ApiError;
 use super::limits::check_sampling;
 pub use super::limits::Limits;
-use crate::{ChatRequest, Finish, Prompt, Repetition, StreamEvent, ToolCall};
+use sublet_engine::{ChatRequest, Finish, Prompt, Repetition, StreamEvent, ToolCall};
 
 /// Parses and checks a chat or text completion's body.
 pub fn parse(api: Api, body: &[u8], limits: &Limits) -> Result<Parsed, ApiError> {

@@ -11,7 +11,7 @@
 
 use std::borrow::Cow;
 
-use crate::{ChatRequest, Prompt, TokenCounter};
+use sublet_engine::{ChatRequest, Prompt, TokenCounter};
 
 use super::error::ApiError;
 
@@ -123,7 +123,7 @@ fn rendered_texts(request: &ChatRequest) -> Vec<Cow<'_, str>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Message, Role, Tool, ToolCall};
+    use sublet_engine::{Message, Role, Tool, ToolCall};
 
     fn checked(request: &ChatRequest) -> Result<(), ApiError> {
         // One token a byte: the count is the text's length.

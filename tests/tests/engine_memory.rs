@@ -15,7 +15,7 @@ static HEAP: CountingAllocator = CountingAllocator;
 sublet_heap::interpose_malloc!();
 
 /// SmolLM2-135M's KV per token on the CPU: 30 layers × 3 KV heads × 64 dimensions × keys
-/// and values × 2 bytes (the cache holds f16, patch 10).
+/// and values × 2 bytes (the cache holds f16, patch 9).
 const KV_BYTES_PER_TOKEN: u64 = 30 * 3 * 64 * 2 * 2;
 /// A sequence's cache starts with room for 512 tokens (mistral.rs's growth step).
 const FIRST_CAPACITY: u64 = 512;

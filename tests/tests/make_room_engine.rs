@@ -59,9 +59,12 @@ fn make_room_takes_kv_and_steps_from_agents_for_a_voice_turn() {
             > prefill.on.at_arrival.counters.held_request_steps
     );
 
-    // The voice turn's reply is the same text whatever the agents do: 17 tokens measured.
+    // The voice turn's reply is the same text whatever the agents do: 17 tokens measured,
+    // greedy, each turn's words as the turn's alone.
+    assert!(!report.alone.text.trim().is_empty());
     for turn in [&report.alone, &kv.off, &kv.on, &prefill.off, &prefill.on] {
         assert_eq!(turn.gaps_ms.len(), probe::GAPS);
+        assert_eq!(turn.text, report.alone.text);
     }
 }
 
@@ -112,7 +115,7 @@ fn sequences_of_different_lengths_decode_in_one_pass_as_each_alone() {
 
 #[test]
 fn prompt_chunks_and_decodes_in_one_mixed_pass_give_each_its_tokens_alone() {
-    // Patch 32 and the adapter's `Batching::Mixed`: a step's decodes run inside its
+    // Patch 24 and the adapter's `Batching::Mixed`: a step's decodes run inside its
     // prompt chunk's pass. With 16-token chunks, the later requests' prompts are computed
     // while the earlier ones decode, in passes of both. Two engines, so that the second
     // finds none of the prompts in its prefix cache.
@@ -362,7 +365,7 @@ fn a_turn_whose_reader_left_mid_reply_leaves_its_kv_to_the_next_turn() {
 fn an_agents_prompt_serves_no_call_from_the_prefix_cache_but_a_calls_serves_calls() {
     // One engine serves calls and the API. A client that times its requests must not learn
     // whether a call's prompt (the persona, a caller's words) is cached, so the prefix
-    // cache serves each kind only its own kind's prompts (mistral.rs patch 37); calls still
+    // cache serves each kind only its own kind's prompts (mistral.rs patch 26); calls still
     // share theirs, the persona first of all.
     let cache = ModelCache::from_env();
     let engine = Engine::load(&EngineConfig {

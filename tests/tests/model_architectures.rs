@@ -1,5 +1,5 @@
 //! make-room's batched CPU passes on each GGUF architecture they run on (llama, qwen2 and
-//! qwen3: mistralrs-core patches 5, 11, 32 and 33–36), on models of random weights made
+//! qwen3: mistralrs-core patches 5, 9, 24 and 25), on models of random weights made
 //! here with the bundled tokenizer (`random_model`): sequences of different lengths
 //! decoded in one pass, and prompt chunks and decodes in one mixed pass, give each
 //! sequence the tokens it gets alone. Random weights answer nonsense, but the same
@@ -69,7 +69,7 @@ fn qwen3_runs_prompt_chunks_and_decodes_in_one_mixed_pass_as_each_alone() {
     mixed_passes(Architecture::Qwen3);
 }
 
-/// Patch 5 (and 35 for the qwen models) with the adapter's `Batching::UnequalDecodes`:
+/// Patch 5 (and 25 for the qwen models) with the adapter's `Batching::UnequalDecodes`:
 /// the four requests, sent together, decode in passes over sequences of different lengths,
 /// each attending over its own cache.
 fn unequal_decodes(arch: Architecture) {
@@ -103,7 +103,7 @@ fn unequal_decodes(arch: Architecture) {
     assert_eq!(together, alone, "{arch:?}");
 }
 
-/// Patch 32 (and 36 for the qwen models) with the adapter's `Batching::Mixed`: with
+/// Patch 24 (and 25 for the qwen models) with the adapter's `Batching::Mixed`: with
 /// 16-token chunks, each request is sent once the one before has its first token, so its
 /// prompt's chunks run in passes beside the earlier ones' decodes. Two engines, so that
 /// the second finds none of the prompts in its prefix cache.

@@ -148,13 +148,13 @@ fn make_room_ends_a_turns_hold_at_its_first_sentence() {
         ));
     }
     // Another call's sentence is not this turn's.
-    engine.first_sentence_out(8);
+    engine.call_line(8).first_sentence_out();
     assert!(matches!(
         stream.next_blocking(),
         Some(Ok(StreamEvent::Text(_)))
     ));
     assert_eq!(releases(), 0);
-    engine.first_sentence_out(7);
+    engine.call_line(7).first_sentence_out();
     for _ in 0..3 {
         assert!(matches!(
             stream.next_blocking(),
@@ -165,20 +165,22 @@ fn make_room_ends_a_turns_hold_at_its_first_sentence() {
     drop(stream);
     // The call's next turn starts with its hold in place: a release after it ends does nothing.
     let (text, _) = engine.chat(turn(7)).unwrap().collect_blocking().unwrap();
-    engine.first_sentence_out(7);
+    engine.call_line(7).first_sentence_out();
     let _ = engine.chat(turn(9)).unwrap().collect_blocking().unwrap();
     println!("{text:?} {:?}", engine.scheduler_state().counters);
     assert_eq!(releases(), 1);
 }
 
 /// The bundled model under make-room's scheduler, whose counters show what each step did.
-fn make_room_engine(policy: PolicyConfig) -> Engine {
+fn make_room_engine(policy: PolicyConfig) -> Arc<Engine> {
     let cache = ModelCache::from_env();
-    Engine::load(&EngineConfig {
-        make_room: Some(policy),
-        ..EngineConfig::from_cache(&cache).unwrap()
-    })
-    .unwrap()
+    Arc::new(
+        Engine::load(&EngineConfig {
+            make_room: Some(policy),
+            ..EngineConfig::from_cache(&cache).unwrap()
+        })
+        .unwrap(),
+    )
 }
 
 #[test]
@@ -207,7 +209,7 @@ fn a_prompt_cached_whole_computes_only_its_last_token() {
 #[test]
 fn the_prefix_cache_keeps_no_more_tokens_than_the_kv_budget() {
     // A finished sequence's KV stays in mistral.rs's prefix cache, each holding at least
-    // 512 tokens of room; make-room bounds the cache by its KV budget (patch 22). With a
+    // 512 tokens of room; make-room bounds the cache by its KV budget (patch 18). With a
     // budget of 600 tokens a second prompt evicts the first, which then computes again;
     // with the default budget the first is still there.
     let prompt_computed_again = |kv_budget_tokens| {
@@ -267,7 +269,8 @@ fn the_engine_streams_and_cancels() {
     drop(long);
     // A turn hint runs on its own in the background; the engine keeps serving.
     engine
-        .turn_hint(7, vec![Message::new(Role::System, "You are on a call.")])
+        .call_line(7)
+        .turn_hint(vec![Message::new(Role::System, "You are on a call.")])
         .unwrap();
     let (again, _) = engine.chat(request(8)).unwrap().collect_blocking().unwrap();
     assert!(!again.is_empty());

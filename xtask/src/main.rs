@@ -219,7 +219,7 @@ fn probe(extra: &[String]) -> Result<()> {
     setup()?;
     let mut command = cargo_run("sublet-engine", "make_room_probe")?;
     command.args(extra);
-    run(command)
+    run(command).context("make-room's probes: a case missed its targets (MISSED), or the probe failed")
 }
 
 fn bench(extra: &[String]) -> Result<()> {

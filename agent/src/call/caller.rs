@@ -9,7 +9,7 @@ use anyhow::Result;
 use sublet_stt::Transcriber;
 use sublet_turn_detect::{TurnDetector, TurnEvent, TURN_PAD_S};
 
-use crate::call::CallObserver;
+use super::observer::CallObserver;
 use crate::dispatch::{Coming, ComingHint, Dispatch, DispatchRules, TurnDispatch};
 use crate::early_transcript::{same, EarlyTranscript};
 use crate::pool::Pooled;

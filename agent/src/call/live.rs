@@ -11,9 +11,9 @@ use sublet_audio::SPEECH_RATE;
 use sublet_stt::Transcriber;
 use sublet_turn_detect::TurnEvent;
 
+use super::caller::{CallClock, Caller};
+use super::observer::{CallObserver, Interruption, InterruptionOutcome, WordCheck};
 use crate::barge_in::{BargeIn, BargeInAction, CallerSpeech};
-use crate::call::CallObserver;
-use crate::caller::{CallClock, Caller};
 use crate::playout::Playout;
 use crate::record::TurnRecord;
 use crate::responder::{ReplyCutter, TurnWork};
@@ -23,35 +23,6 @@ use crate::VoiceAgent;
 const FRAME: usize = SPEECH_RATE as usize / 50;
 /// The caller's latest audio kept for checking an interruption's words.
 const RECENT_S: f64 = 30.0;
-
-/// The caller talked over the agent. Times are seconds of the caller's audio.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Interruption {
-    /// When the caller's speech began.
-    pub speech_s: f64,
-    /// When the agent's audio was stopped (paused, or cut at once).
-    pub stopped_s: f64,
-    pub outcome: InterruptionOutcome,
-    /// How its words were checked; `None` when it was too short to check.
-    pub words_checked: Option<WordCheck>,
-}
-
-/// Where an interruption's word check took its words from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WordCheck {
-    /// The early transcript of the interrupting speech, the one its stop uses too.
-    EarlyTranscript,
-    /// A transcription of its own (no early transcript covers that speech).
-    OwnTranscript,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub enum InterruptionOutcome {
-    /// Too short, or no words in it: the reply played on from where it paused.
-    Resumed,
-    /// The reply of `turn` was cut; the caller had heard `heard` of it.
-    Cut { turn: usize, heard: String },
-}
 
 impl VoiceAgent {
     /// Answers a live caller until `audio_in` closes. It delivers the caller's audio at

@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use sublet_audio::{Audio, SPEECH_RATE};
-use sublet_turn_detect::TurnEvent;
 
-use crate::caller::{CallClock, Caller};
+use super::caller::{CallClock, Caller};
+use super::observer::CallObserver;
 use crate::playout::Playout;
 use crate::record::TurnRecord;
 use crate::responder::{AudioOut, SpokenSentence};
@@ -62,23 +62,6 @@ pub struct CallOutcome {
     pub turns: Vec<TurnRecord>,
     pub reply: ReplyTrack,
 }
-
-/// Something that wants to hear about a call as it goes (progress output, a live view).
-pub trait CallObserver: Send {
-    fn turn_event(&mut self, _event: &TurnEvent) {}
-    fn turn_answered(&mut self, _turn: &TurnRecord) {}
-    /// The caller talked over the agent (a live call).
-    fn interruption(&mut self, _interruption: &crate::live::Interruption) {}
-    /// What the caller has said so far of the turn in progress (a live call, when
-    /// `AgentConfig::partial_transcripts_s` is set).
-    fn partial_transcript(&mut self, _text: &str) {}
-    /// The call is over, and why (said by whatever ran it: a room call, a recording).
-    fn call_ended(&mut self, _reason: &str) {}
-}
-
-/// Observes nothing.
-pub struct Quiet;
-impl CallObserver for Quiet {}
 
 impl VoiceAgent {
     /// Answers a recorded call; the reply track is at `out_rate`.

@@ -28,7 +28,7 @@ use sublet_bench::rounds::{run_round, Recording, RoundPlan};
 use sublet_bench::schedule::{self, CallerCount, RoundStep, RunShape};
 use sublet_bench::{agents, mooncake, plots, trace};
 use sublet_engine::make_room::{PolicyConfig, Switches};
-use sublet_engine::{Engine, EngineConfig, SHARED_COMPUTE_NICE, VOICE_PRIORITY};
+use sublet_engine::{deployed_make_room, Engine, EngineConfig, SHARED_COMPUTE_NICE};
 use sublet_models::{ModelArgs, AIPERF_ENV};
 
 #[derive(Parser, Debug)]
@@ -216,16 +216,14 @@ fn run(args: Args) -> Result<()> {
     let cache = sublet_agent::models::choose(&args.models)?;
     let engine = Arc::new(Engine::load(&EngineConfig {
         make_room: Some(PolicyConfig {
-            switches: Switches::all(),
             kv_budget_tokens: args.kv_budget,
             chunk_tokens: Some(args.chunk.max(1)),
             idle_chunk_tokens: (args.idle_chunk > 0).then_some(args.idle_chunk),
-            whole_prompt_priority: Some(VOICE_PRIORITY),
             window_tokens: args.first_tokens.max(1),
             hint_hold_ms: args.hint_hold_ms,
             release_at_first_sentence: args.release_at_first_sentence,
             reply_pace_steps: args.reply_pace_steps,
-            ..PolicyConfig::default()
+            ..deployed_make_room()
         }),
         compute_nice: args.engine_nice,
         mixed_passes: args.mixed_passes,

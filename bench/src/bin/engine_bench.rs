@@ -20,7 +20,7 @@ use clap::Parser;
 use serde_json::{json, Value};
 use sublet_bench::engine_speed::{self as speed, Answer, SpeedOptions, Workload};
 use sublet_engine::make_room::{PolicyConfig, Switches};
-use sublet_engine::{Engine, EngineConfig, Weights, VOICE_PRIORITY};
+use sublet_engine::{deployed_make_room, Engine, EngineConfig, Weights};
 use sublet_models::{ModelArgs, ModelCache};
 
 #[derive(Parser, Debug)]
@@ -90,11 +90,9 @@ fn load(
 /// that sequences started together all decode together, as under the stock scheduler).
 fn make_room_config() -> PolicyConfig {
     PolicyConfig {
-        switches: Switches::all(),
         kv_budget_tokens: 16_384,
         chunk_tokens: None,
-        whole_prompt_priority: Some(VOICE_PRIORITY),
-        ..PolicyConfig::default()
+        ..deployed_make_room()
     }
 }
 

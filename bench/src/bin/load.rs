@@ -28,11 +28,11 @@ use anyhow::{bail, Context, Result};
 use clap::Parser;
 use sublet_bench::load::{median, send, ClientKind, LoadFigures, Outcome, Target};
 use sublet_engine::make_room::{PolicyConfig, Switches};
-use sublet_engine::server::{router, serve, ConnectionLimits, Metrics, ServerConfig};
 use sublet_engine::{
     ChatRequest, Engine, EngineConfig, Message, Role, StreamEvent, VOICE_PRIORITY,
 };
 use sublet_models::ModelArgs;
+use sublet_server::{router, serve, ConnectionLimits, Metrics, ServerConfig};
 
 #[derive(Parser, Debug)]
 #[command(name = "load")]

@@ -33,11 +33,10 @@ use anyhow::{Context, Result};
 use clap::Parser;
 use sublet_agent::{AgentConfig, Pacing, Quiet, SpeechMemory, VoiceAgent};
 use sublet_bench::{agents, trace};
-use sublet_engine::make_room::{PolicyConfig, Switches};
 use sublet_engine::memory::{
     counted_heap, heap_figures, resident_bytes, CountingAllocator, EngineMemory, HeapFigures,
 };
-use sublet_engine::{Engine, EngineConfig, VOICE_PRIORITY};
+use sublet_engine::{deployed_make_room, Engine, EngineConfig};
 use sublet_heap::{large_blocks, LargeBlocks, Owner};
 use sublet_models::ModelArgs;
 
@@ -154,11 +153,7 @@ fn run(args: Args) -> Result<()> {
     let cache = sublet_agent::models::choose(&args.models)?;
     eprintln!("memory: loading the engine");
     let engine = Arc::new(Engine::load(&EngineConfig {
-        make_room: Some(PolicyConfig {
-            switches: Switches::all(),
-            whole_prompt_priority: Some(VOICE_PRIORITY),
-            ..PolicyConfig::default()
-        }),
+        make_room: Some(deployed_make_room()),
         ..EngineConfig::from_cache(&cache)?
     })?);
     let agent = VoiceAgent::with_engine(cache.clone(), engine.clone(), AgentConfig::default());

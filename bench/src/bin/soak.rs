@@ -25,8 +25,7 @@ use sublet_bench::soak::{
     fault_of, figures, Fault, PartsMb, ProcessSample, SoakCall, SoakFigures, SCHEDULE,
 };
 use sublet_bench::{agents, trace};
-use sublet_engine::make_room::{PolicyConfig, Switches};
-use sublet_engine::{Engine, EngineConfig, VOICE_PRIORITY};
+use sublet_engine::{deployed_make_room, Engine, EngineConfig};
 use sublet_livekit::{CallEnd, CallOptions, LiveKitAgent, WorkerOptions};
 use sublet_livekit_testserver::TestServer;
 use sublet_models::ModelArgs;
@@ -119,11 +118,7 @@ fn main() -> Result<()> {
     std::fs::create_dir_all(&records)?;
     let cache = sublet_agent::models::choose(&args.models)?;
     let engine = Arc::new(Engine::load(&EngineConfig {
-        make_room: Some(PolicyConfig {
-            switches: Switches::all(),
-            whole_prompt_priority: Some(VOICE_PRIORITY),
-            ..PolicyConfig::default()
-        }),
+        make_room: Some(deployed_make_room()),
         ..EngineConfig::from_cache(&cache)?
     })?);
     let config = AgentConfig {

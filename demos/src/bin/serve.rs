@@ -17,8 +17,8 @@ use clap::Parser;
 use sublet_demos::{
     api_router, check_exposure, listen, ApiLimitArgs, CallerRoom, EngineArgs, ViewArgs,
 };
-use sublet_engine::server::{serve, ConnectionLimits};
 use sublet_engine::Engine;
+use sublet_server::{serve, ConnectionLimits};
 
 #[derive(Parser, Debug)]
 #[command(name = "serve")]

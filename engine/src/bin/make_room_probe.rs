@@ -6,9 +6,11 @@
 //! ```
 //!
 //! By default on the bundled model and the CPU; `gpu/check.sh` runs it on a GPU with a
-//! model made there, where make-room's scheduler is the paged adapter.
+//! model made there, where make-room's scheduler is the paged adapter. Exits 1 when a
+//! case misses its targets (the table says which), so that a script sees it.
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use sublet_engine::probe::{self, CaseReport, ProbeOptions};
@@ -18,7 +20,7 @@ use sublet_models::ModelCache;
 const USAGE: &str = "usage: make_room_probe [--json PATH] [--kv-budget TOKENS] [--chunk TOKENS]
                        [--model MODEL.gguf] [--device cpu|cuda[:N]] [--kv-pool TOKENS|MBmb]";
 
-fn main() -> Result<()> {
+fn main() -> Result<ExitCode> {
     let mut options = ProbeOptions::default();
     let mut json: Option<PathBuf> = None;
     let mut model: Option<PathBuf> = None;
@@ -94,5 +96,9 @@ fn main() -> Result<()> {
         std::fs::write(path, serde_json::to_string_pretty(&report)?)?;
         eprintln!("wrote {}", path.display());
     }
-    Ok(())
+    if !report.meets_targets {
+        eprintln!("make_room_probe: make-room missed its targets (MISSED above)");
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -26,7 +26,7 @@ pub(crate) type SeqId = usize;
 
 /// What a call's blocks hash with, and the API's requests' do not: the prefix cache then
 /// serves each kind only its own kind's prompts, so a client of the API that times its
-/// requests cannot learn whether a call's prompt is cached (as mistralrs-core patch 37
+/// requests cannot learn whether a call's prompt is cached (as mistralrs-core patch 26
 /// does for the CPU's cache).
 fn kind_keys(call: bool) -> Vec<ExtraHashKey> {
     if call {

@@ -16,7 +16,7 @@
 //! - **Preemption** is recompute, as the engine's own: the full blocks the sequence
 //!   computed are published to the prefix cache and freed. Readmitted, it recomputes what
 //!   the cache lost, up to its last token, and decodes on.
-//! - **Prompt chunks** run as prefix-cache hits of the tokens before them (patch 18); a
+//! - **Prompt chunks** run as prefix-cache hits of the tokens before them (patch 14); a
 //!   chunk that ends before its prompt samples nothing.
 //! - **Call retention**: a finished turn the policy retains keeps its blocks, published,
 //!   until the policy lets it go (its call's next turn took it over, its time ran out, or

@@ -6,9 +6,9 @@ use axum::response::sse::Event;
 use serde_json::{json, Value};
 
 use super::error_body;
-use crate::server::api::{named, Admitted};
-use crate::server::error::ApiError;
-use crate::{Finish, FinishReason, StreamEvent, ToolCall};
+use crate::api::{named, Admitted};
+use crate::error::ApiError;
+use sublet_engine::{Finish, FinishReason, StreamEvent, ToolCall};
 
 pub struct Answer {
     /// The request's stop sequences, to name the one that ended the reply.
@@ -83,7 +83,7 @@ fn usage(input_tokens: usize, output_tokens: usize) -> Value {
     })
 }
 
-impl crate::server::api::Answer for Answer {
+impl crate::api::Answer for Answer {
     fn whole(
         &mut self,
         admitted: &Admitted,

@@ -3,8 +3,8 @@
 use serde_json::json;
 
 use super::*;
-use crate::server::api::{Admitted, Answer as _};
-use crate::{Finish, FinishReason, StreamEvent};
+use crate::api::{Admitted, Answer as _};
+use sublet_engine::{Finish, FinishReason, StreamEvent};
 
 fn parsed(body: Value) -> Result<ChatRequest, ApiError> {
     parse(body.to_string().as_bytes(), &Limits::default()).map(|p| p.request)
@@ -166,7 +166,7 @@ fn a_stream_is_anthropic_s_events() {
         completion_tokens: 5,
     };
     answer.events(&admitted, StreamEvent::Done(finish), &mut out);
-    let events = crate::server::api::tests::written(out);
+    let events = crate::api::tests::written(out);
     let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(
         names,

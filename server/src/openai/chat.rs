@@ -5,8 +5,8 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{ApiError, Checked, Limits, Settings};
-use crate::server::limits::checked_choice;
-use crate::{Message, Prompt, ReplyFormat, Role, Tool, ToolCall, ToolChoice};
+use crate::limits::checked_choice;
+use sublet_engine::{Message, Prompt, ReplyFormat, Role, Tool, ToolCall, ToolChoice};
 
 /// A chat completion request as clients send it. Unknown fields are ignored, as OpenAI's
 /// own server does for the ones it does not use.

@@ -8,7 +8,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{ApiError, Checked, Limits, Settings};
-use crate::Prompt;
+use sublet_engine::Prompt;
 
 /// A completion request as clients send it. Unknown fields are ignored.
 #[derive(Debug, Deserialize)]

@@ -15,9 +15,9 @@ pub use kept::Kept;
 
 use super::chat::mode_choice;
 use super::{malformed, ApiError, Limits};
-use crate::server::api::Parsed;
-use crate::server::limits::{check_sampling, checked_choice};
-use crate::{ChatRequest, Message, Prompt, ReplyFormat, Role, Tool, ToolCall, ToolChoice};
+use crate::api::Parsed;
+use crate::limits::{check_sampling, checked_choice};
+use sublet_engine::{ChatRequest, Message, Prompt, ReplyFormat, Role, Tool, ToolCall, ToolChoice};
 
 /// A Responses request as clients send it. Unknown fields are ignored (Codex sends
 /// `include`, `prompt_cache_key`, `reasoning`, `client_metadata`, ...).

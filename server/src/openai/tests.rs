@@ -2,7 +2,7 @@
 
 use super::super::api::Answer as _;
 use super::*;
-use crate::{FinishReason, Message, Role, ToolChoice, AGENT_PRIORITY};
+use sublet_engine::{FinishReason, Message, Role, ToolChoice, AGENT_PRIORITY};
 
 fn limits() -> Limits {
     Limits {
@@ -163,7 +163,7 @@ fn no_client_outranks_a_voice_turn() {
     };
     assert_eq!(priority(-1), AGENT_PRIORITY);
     assert_eq!(priority(i32::MIN), AGENT_PRIORITY);
-    assert!(priority(crate::VOICE_PRIORITY) > crate::VOICE_PRIORITY);
+    assert!(priority(sublet_engine::VOICE_PRIORITY) > sublet_engine::VOICE_PRIORITY);
     assert_eq!(priority(AGENT_PRIORITY + 3), AGENT_PRIORITY + 3);
     assert_eq!(priority(i32::MAX), AGENT_PRIORITY + 9);
 }

@@ -180,7 +180,7 @@ impl Model {
     fn run(&mut self, pass: PagedPass<FakeSeq>) {
         match pass {
             PagedPass::Prompt { seqs, cached } => {
-                // As patch 18's engine: a pass whose chunks all end before their prompts
+                // As patch 14's engine: a pass whose chunks all end before their prompts
                 // samples nothing; any other samples every sequence.
                 let partial = seqs.iter().all(|seq| {
                     let f = seq.0.borrow();

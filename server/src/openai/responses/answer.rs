@@ -10,9 +10,9 @@ use axum::response::sse::Event;
 use serde_json::{json, Value};
 
 use super::Kept;
-use crate::server::api::{named, Admitted};
-use crate::server::error::ApiError;
-use crate::{Finish, FinishReason, Message, Role, StreamEvent, ToolCall};
+use crate::api::{named, Admitted};
+use crate::error::ApiError;
+use sublet_engine::{Finish, FinishReason, Message, Role, StreamEvent, ToolCall};
 
 /// The request's settings a response object repeats.
 #[derive(Debug)]
@@ -153,7 +153,7 @@ impl Answer {
     }
 }
 
-impl crate::server::api::Answer for Answer {
+impl crate::api::Answer for Answer {
     fn whole(
         &mut self,
         admitted: &Admitted,

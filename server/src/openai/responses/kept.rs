@@ -5,7 +5,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
-use crate::Message;
+use sublet_engine::Message;
 
 /// Most responses kept.
 pub const KEPT_MOST: usize = 256;
@@ -73,7 +73,7 @@ fn conversation_bytes(conversation: &[Message]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Role;
+    use sublet_engine::Role;
 
     #[test]
     fn the_oldest_go_first_beyond_the_bound() {

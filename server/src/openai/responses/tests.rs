@@ -3,8 +3,8 @@
 use serde_json::json;
 
 use super::*;
-use crate::server::api::Admitted;
-use crate::{Finish, FinishReason, StreamEvent};
+use crate::api::Admitted;
+use sublet_engine::{Finish, FinishReason, StreamEvent};
 
 fn parsed(body: Value, kept: &Kept) -> Result<Parsed, ApiError> {
     parse(body.to_string().as_bytes(), &Limits::default(), kept)
@@ -152,7 +152,7 @@ fn a_stream_is_openai_s_response_events() {
         completion_tokens: 4,
     };
     answer.events(&ADMITTED, StreamEvent::Done(finish), &mut out);
-    let events = crate::server::api::tests::written(out);
+    let events = crate::api::tests::written(out);
     let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(
         names,
