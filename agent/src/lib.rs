@@ -53,7 +53,7 @@ use pool::Pool;
 
 pub use barge_in::InterruptionConfig;
 pub use call::{
-    CallObserver, CallOutcome, Interruption, InterruptionOutcome, Pacing, Quiet, ReplyTrack,
+    CallObserver, CallOutcome, Echo, Interruption, InterruptionOutcome, Pacing, Quiet, ReplyTrack,
     WordCheck,
 };
 pub use early_transcript::EARLY_TRANSCRIPT_AFTER_S;

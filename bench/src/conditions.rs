@@ -9,6 +9,9 @@
 //!   ratio measured against the caller's speech, not the call's silences.
 //! - **Voices**: another test call (another voice) under the caller's, its speech a set number
 //!   of decibels below the caller's, as in an office or a café.
+//! - **Echo**: the caller's audio as it is, and the agent's own voice fed back into it as it
+//!   plays, a set number of decibels down and 150 ms late (a speakerphone): not a rendering
+//!   of the audio but a way of playing the call ([`Condition::echo`]).
 
 use sublet_audio::{resample, Audio, SPEECH_RATE};
 
@@ -25,10 +28,18 @@ pub enum Condition {
     Voices {
         below_db: f64,
     },
+    /// The agent's voice echoed back this many dB down.
+    Echo {
+        below_db: f64,
+    },
 }
 
+/// How late a speakerphone's echo comes back: the room's path and the caller's client.
+pub const ECHO_DELAY_S: f64 = 0.15;
+
 impl Condition {
-    /// Parses `clean`, `phone`, `noiseN` (N dB SNR), `voicesN` (N dB below the caller).
+    /// Parses `clean`, `phone`, `noiseN` (N dB SNR), `voicesN` (N dB below the caller),
+    /// `echoN` (the agent's voice N dB down; `echo`: 20 dB).
     pub fn parse(name: &str) -> Result<Self, String> {
         let number = |rest: &str| {
             rest.parse::<f64>()
@@ -39,15 +50,23 @@ impl Condition {
         match name {
             "clean" => Ok(Self::Clean),
             "phone" => Ok(Self::Phone),
-            _ => match (name.strip_prefix("noise"), name.strip_prefix("voices")) {
-                (Some(rest), _) => Ok(Self::Noise {
+            "echo" => Ok(Self::Echo { below_db: 20.0 }),
+            _ => match (
+                name.strip_prefix("noise"),
+                name.strip_prefix("voices"),
+                name.strip_prefix("echo"),
+            ) {
+                (Some(rest), _, _) => Ok(Self::Noise {
                     snr_db: number(rest)?,
                 }),
-                (_, Some(rest)) => Ok(Self::Voices {
+                (_, Some(rest), _) => Ok(Self::Voices {
+                    below_db: number(rest)?,
+                }),
+                (_, _, Some(rest)) => Ok(Self::Echo {
                     below_db: number(rest)?,
                 }),
                 _ => Err(format!(
-                    "unknown condition {name:?} (clean, phone, noiseN, voicesN)"
+                    "unknown condition {name:?} (clean, phone, noiseN, voicesN, echoN)"
                 )),
             },
         }
@@ -60,6 +79,18 @@ impl Condition {
             Self::Phone => "phone".into(),
             Self::Noise { snr_db } => format!("noise{snr_db}"),
             Self::Voices { below_db } => format!("voices{below_db}"),
+            Self::Echo { below_db } => format!("echo{below_db}"),
+        }
+    }
+
+    /// The echo to play the call with, in the echo condition.
+    pub fn echo(&self) -> Option<sublet_agent::Echo> {
+        match *self {
+            Self::Echo { below_db } => Some(sublet_agent::Echo {
+                below_db,
+                delay_s: ECHO_DELAY_S,
+            }),
+            _ => None,
         }
     }
 
@@ -68,7 +99,8 @@ impl Condition {
     pub fn apply(&self, call: &Audio, speech: &[(f64, f64)], other: &Audio, seed: u64) -> Audio {
         assert_eq!(call.rate, SPEECH_RATE, "conditions apply to 16 kHz calls");
         match *self {
-            Self::Clean => call.clone(),
+            // An echo is added as the call plays, from the reply it hears.
+            Self::Clean | Self::Echo { .. } => call.clone(),
             Self::Phone => phone_line(call),
             Self::Noise { snr_db } => {
                 let noise = pink_noise(call.samples.len(), seed);
@@ -348,11 +380,22 @@ mod tests {
 
     #[test]
     fn names_read_back() {
-        for name in ["clean", "phone", "noise15", "noise10", "voices8"] {
+        for name in ["clean", "phone", "noise15", "noise10", "voices8", "echo20"] {
             assert_eq!(Condition::parse(name).unwrap().name(), name);
         }
-        for bad in ["noise", "noise-3", "noiseNaN", "voices1e9", "echo"] {
+        for bad in [
+            "noise",
+            "noise-3",
+            "noiseNaN",
+            "voices1e9",
+            "echoes",
+            "echo99",
+        ] {
             assert!(Condition::parse(bad).is_err(), "{bad}");
         }
+        // `echo` alone is a speakerphone's 20 dB; only the echo condition plays with one.
+        let echo = Condition::parse("echo").unwrap().echo().unwrap();
+        assert_eq!((echo.below_db, echo.delay_s), (20.0, ECHO_DELAY_S));
+        assert_eq!(Condition::parse("voices8").unwrap().echo(), None);
     }
 }

@@ -23,6 +23,9 @@ pub struct PlayedCall {
     pub turns: Vec<TurnRecord>,
     /// Every end of turn the detector decided, in call time (answered or not).
     pub ends_of_turn_s: Vec<f64>,
+    /// When the speech began of each time the agent was talked over, in call time.
+    #[serde(default)]
+    pub interruptions_s: Vec<f64>,
 }
 
 /// The p50 and p95 of one quantity, in seconds.
@@ -72,6 +75,10 @@ pub struct LatencyFigures {
     /// words, or noise, taken for the caller's).
     #[serde(default)]
     pub extra_turns: usize,
+    /// Times the agent was talked over by speech that was not the caller's (outside every
+    /// scripted turn: its own echo, a voice behind).
+    #[serde(default)]
+    pub self_interruptions: usize,
     /// Answered turns whose reply was started at the stop, and those of them whose first
     /// sentence was already synthesized when the turn ended.
     #[serde(default)]
@@ -134,6 +141,17 @@ pub fn figures(calls: &[PlayedCall]) -> LatencyFigures {
             })
         })
         .count();
+    let self_interruptions = calls
+        .iter()
+        .flat_map(|call| {
+            call.interruptions_s.iter().filter(|&&t| {
+                !call
+                    .script
+                    .iter()
+                    .any(|turn| t > turn.start_s - END_SLACK_S && t < turn.end_s)
+            })
+        })
+        .count();
     let v2v: Vec<f64> = answered.iter().map(|r| r.voice_to_voice_s()).collect();
     let stages = STAGE_NAMES
         .iter()
@@ -160,6 +178,7 @@ pub fn figures(calls: &[PlayedCall]) -> LatencyFigures {
         late_turns: v2v.iter().filter(|&&v| v > LATE_S).count(),
         missed,
         extra_turns,
+        self_interruptions,
         preemptive: answered.iter().filter(|r| r.preemptive).count(),
         opening_ahead: answered.iter().filter(|r| r.opening_ahead).count(),
         transcript_ahead: answered.iter().filter(|r| r.transcript_ahead).count(),
@@ -193,7 +212,11 @@ pub fn clock_offset_s(script: &[ScriptedTurn], turns: &[TurnRecord]) -> f64 {
 
 /// `call` on the script's clock: every time in it less `offset_s`.
 pub fn on_script_clock(mut call: PlayedCall, offset_s: f64) -> PlayedCall {
-    for t in &mut call.ends_of_turn_s {
+    for t in call
+        .ends_of_turn_s
+        .iter_mut()
+        .chain(call.interruptions_s.iter_mut())
+    {
         *t -= offset_s;
     }
     for r in &mut call.turns {
@@ -453,6 +476,7 @@ mod tests {
             script: script.clone(),
             turns,
             ends_of_turn_s: vec![3.75, 11.7],
+            interruptions_s: vec![],
         };
         let shifted = on_script_clock(call, offset);
         assert!((shifted.turns[1].caller_stop_s - 12.0).abs() < 1e-9);
@@ -472,6 +496,7 @@ mod tests {
             // Cut off in the pause (answered), then the whole turn answered late.
             turns: vec![record(2.0, 0.9), record(4.05, 1.8)],
             ends_of_turn_s: vec![2.5, 4.6],
+            interruptions_s: vec![],
         };
         let f = figures(&[call]);
         assert_eq!(f.false_cut_offs, 1);
@@ -487,9 +512,17 @@ mod tests {
             script,
             turns: vec![record(4.05, 0.9)],
             ends_of_turn_s: vec![4.6],
+            interruptions_s: vec![],
         };
-        let f = figures(&[call]);
+        let f = figures(std::slice::from_ref(&call));
         assert_eq!((f.false_cut_offs, f.late_turns), (0, 0));
+        assert_eq!(f.self_interruptions, 0);
+        // Talked over inside the caller's turn (them), and in the quiet after it (not them).
+        let talked_over = PlayedCall {
+            interruptions_s: vec![call.script[0].start_s + 0.5, call.script[0].end_s + 1.0],
+            ..call
+        };
+        assert_eq!(figures(&[talked_over]).self_interruptions, 1);
     }
 
     #[test]
@@ -499,6 +532,7 @@ mod tests {
             script: vec![scripted(1.0, 4.0, vec![]), scripted(10.0, 12.0, vec![])],
             turns: vec![record(4.1, 0.8), record(7.0, 0.8)],
             ends_of_turn_s: vec![4.6, 7.5],
+            interruptions_s: vec![],
         };
         let f = figures(&[call]);
         assert_eq!((f.answered, f.missed), (1, 1));

@@ -2,9 +2,14 @@
 //! speaking 14 dB below the caller (the gate holds frames over 10 dB under the caller's
 //! level for someone else's), in the caller's pauses and over the end of their last
 //! question, takes no turn and keeps no turn of theirs open. Without the gate, Silero hears
-//! that voice as the caller's and takes its words as turns: the test checks both.
+//! that voice as the caller's and takes its words as turns: the test checks both. The same
+//! holds for the agent's own voice echoed back on a recorded call.
 
+use std::sync::Arc;
+
+use sublet_agent::{AgentConfig, CallObserver, Echo, Interruption, Pacing, VoiceAgent};
 use sublet_audio::{read_wav, SPEECH_RATE};
+use sublet_engine::{Engine, EngineConfig};
 use sublet_models::ModelCache;
 use sublet_turn_detect::{EndpointConfig, LevelGateConfig, TurnDetector, TurnEvent};
 
@@ -118,5 +123,69 @@ fn a_voice_behind_the_caller_takes_no_turn() {
     assert!(
         outside(&starts) > 0 || ends.len() > utterances.len(),
         "without the gate the voice behind should take turns of its own"
+    );
+}
+
+/// Counts the times the agent was talked over.
+#[derive(Default)]
+struct TalkedOver(usize);
+
+impl CallObserver for TalkedOver {
+    fn interruption(&mut self, _interruption: &Interruption) {
+        self.0 += 1;
+    }
+}
+
+/// The agent's own voice on a recorded call played in real time, fed back 20 dB down and
+/// 150 ms late (a speakerphone; `latency --conditions echo`): with the gate it talks over
+/// nothing and takes no turn of its own words. Without the gate its echo is heard as the
+/// caller, and the call still ends (a reply its echo left paused at the end has no one to
+/// resume it: the recorded call's speaker once waited for it for ever).
+#[test]
+fn the_agents_echo_on_a_recorded_call_is_not_the_caller() {
+    let cache = ModelCache::from_env();
+    let call = read_wav(cache.call("three_turns.wav").unwrap()).unwrap();
+    let echo = Echo {
+        below_db: 20.0,
+        delay_s: 0.15,
+    };
+    let engine = Arc::new(Engine::load(&EngineConfig::from_cache(&cache).unwrap()).unwrap());
+    let run = |level_gate: Option<LevelGateConfig>| {
+        let config = AgentConfig {
+            endpoint: EndpointConfig {
+                level_gate,
+                ..EndpointConfig::default()
+            },
+            ..AgentConfig::default()
+        };
+        let agent = VoiceAgent::with_engine(cache.clone(), engine.clone(), config);
+        let mut talked_over = TalkedOver::default();
+        let outcome = agent
+            .answer_recording_with(
+                &call,
+                Pacing::Realtime,
+                call.rate,
+                Some(echo),
+                &mut talked_over,
+            )
+            .unwrap();
+        let turns: Vec<String> = outcome.turns.iter().map(|t| t.transcript.clone()).collect();
+        (turns, talked_over.0)
+    };
+
+    let (turns, talked_over) = run(Some(LevelGateConfig::default()));
+    println!("gated: {turns:?}, talked over {talked_over} times");
+    assert_eq!(talked_over, 0, "the agent's echo talked over it");
+    assert_eq!(
+        turns.len(),
+        3,
+        "a turn per question, none of the echo's: {turns:?}"
+    );
+
+    let (turns, talked_over) = run(None);
+    println!("ungated: {turns:?}, talked over {talked_over} times");
+    assert!(
+        talked_over > 0 || turns.len() > 3,
+        "without the gate the echo should be heard as the caller"
     );
 }

@@ -12,4 +12,4 @@ mod observer;
 mod recorded;
 
 pub use observer::{CallObserver, Interruption, InterruptionOutcome, Quiet, WordCheck};
-pub use recorded::{CallOutcome, Pacing, ReplyTrack};
+pub use recorded::{CallOutcome, Echo, Pacing, ReplyTrack};

@@ -4,13 +4,16 @@
 //! no preemption) in the same run, side by side.
 //!
 //! ```text
-//! latency [--json PATH] [--configs old,new] [--conditions clean,phone,noise15,…] [--livekit]
+//! latency [--json PATH] [--configs old,new] [--conditions clean,phone,noise15,echo,…] [--livekit]
 //! ```
 //!
 //! `--conditions` plays every call in each condition (`sublet_bench::conditions`): `clean`
 //! as recorded, `phone` (8 kHz μ-law, 300–3,400 Hz), `noiseN` (pink noise N dB below the
-//! caller's speech), `voicesN` (another test voice N dB below the caller). Each
-//! configuration runs in each condition, a column `config@condition`.
+//! caller's speech), `voicesN` (another test voice N dB below the caller), `echoN` or `echo`
+//! (the agent's own voice fed back into the call as it plays, N or 20 dB down, 150 ms late:
+//! a speakerphone). Each configuration runs in each condition, a column `config@condition`;
+//! "talked over by not the caller" counts the times the agent's reply was interrupted by
+//! speech outside every scripted turn (its echo, a voice behind).
 //!
 //! With `--livekit` every call goes through a LiveKit room of the LiveKit test server,
 //! LiveKit's official Node client as the caller: voice to voice is timed on the caller's
@@ -34,7 +37,7 @@ use std::time::Instant;
 use anyhow::{bail, Result};
 use clap::Parser;
 use serde_json::json;
-use sublet_agent::{AgentConfig, CallObserver, Pacing, TurnRecord, VoiceAgent};
+use sublet_agent::{AgentConfig, CallObserver, Interruption, Pacing, TurnRecord, VoiceAgent};
 use sublet_bench::conditions::Condition;
 use sublet_bench::latency::{
     clock_offset_s, figures, heard_figures, on_script_clock, HeardCall, HeardFigures,
@@ -146,6 +149,7 @@ fn gate(config: &mut AgentConfig) -> &mut LevelGateConfig {
 /// Keeps every end of turn the detector decided, and shows each answered turn.
 struct Seen {
     ends_of_turn_s: Vec<f64>,
+    interruptions_s: Vec<f64>,
 }
 
 impl CallObserver for Seen {
@@ -153,6 +157,10 @@ impl CallObserver for Seen {
         if let TurnEvent::EndOfTurn { decided_s, .. } = event {
             self.ends_of_turn_s.push(*decided_s);
         }
+    }
+
+    fn interruption(&mut self, interruption: &Interruption) {
+        self.interruptions_s.push(interruption.speech_s);
     }
 
     fn turn_answered(&mut self, turn: &TurnRecord) {
@@ -175,6 +183,9 @@ fn run(args: Args) -> Result<()> {
     let calls = test_callers::ensure(&cache, &mut |line| progress(line))?;
     progress("loading the engine");
     let engine = Arc::new(Engine::load(&EngineConfig::from_cache(&cache)?)?);
+    if args.livekit && args.conditions.iter().any(|c| c.echo().is_some()) {
+        bail!("--livekit plays calls through the caller's own client: no echo condition there");
+    }
     let room = match args.livekit {
         true => Some((
             TestServer::start(API_KEY, API_SECRET)?,
@@ -214,6 +225,7 @@ fn run(args: Args) -> Result<()> {
             ));
             let mut seen = Seen {
                 ends_of_turn_s: Vec::new(),
+                interruptions_s: Vec::new(),
             };
             let started = Instant::now();
             let turns = match &room {
@@ -235,7 +247,13 @@ fn run(args: Args) -> Result<()> {
                 }
                 None => {
                     agent
-                        .answer_recording(&audio, Pacing::Realtime, audio.rate, &mut seen)?
+                        .answer_recording_with(
+                            &audio,
+                            Pacing::Realtime,
+                            audio.rate,
+                            condition.echo(),
+                            &mut seen,
+                        )?
                         .turns
                 }
             };
@@ -253,6 +271,7 @@ fn run(args: Args) -> Result<()> {
                 script: call.turns.clone(),
                 turns,
                 ends_of_turn_s: seen.ends_of_turn_s,
+                interruptions_s: seen.interruptions_s,
             };
             played.push(on_script_clock(call, offset_s));
         }
@@ -345,6 +364,9 @@ fn print_table(results: &[ConfigRun]) {
         format!("{} of {}", f.late_turns, f.answered)
     });
     row("turns not answered at their end", &|f| f.missed.to_string());
+    row("talked over by not the caller", &|f| {
+        f.self_interruptions.to_string()
+    });
     row("turns taken outside the caller's", &|f| {
         f.extra_turns.to_string()
     });
