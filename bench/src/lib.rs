@@ -19,6 +19,9 @@
 //! - [`load`]: the agents' API under load, clients of every kind over raw TCP, and the
 //!   figures their outcomes make.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
 pub mod agents;
 pub mod aiperf;
 pub mod conditions;
@@ -70,12 +73,43 @@ fn steal_ticks(line: &str) -> Option<u64> {
 }
 
 /// This process's resident memory in MB (Linux's `/proc/self/status`), `None` elsewhere.
+/// Calls `sample` now and every `every` after until `stop` is raised, which is checked at
+/// least every 200 ms so that a long period does not hold a run's end back: the one
+/// sampling loop of the commands that watch the process while it works (`soak`, `memory`).
+pub fn sample_until(stop: &AtomicBool, every: Duration, mut sample: impl FnMut()) {
+    while !stop.load(Ordering::Relaxed) {
+        sample();
+        let until = Instant::now() + every;
+        while Instant::now() < until && !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(every.min(Duration::from_millis(200)));
+        }
+    }
+}
+
 pub fn resident_mb() -> Option<f64> {
     Some(sublet_engine::memory::resident_bytes()? as f64 / (1024.0 * 1024.0))
 }
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    #[test]
+    fn sampling_runs_until_stopped_and_no_longer() {
+        let stop = AtomicBool::new(false);
+        let mut samples = 0;
+        sample_until(&stop, Duration::from_millis(1), || {
+            samples += 1;
+            if samples == 3 {
+                stop.store(true, Ordering::Relaxed);
+            }
+        });
+        assert_eq!(samples, 3);
+        // Stopped before it starts, it takes no sample.
+        sample_until(&stop, Duration::from_secs(3600), || samples += 1);
+        assert_eq!(samples, 3);
+    }
+
     #[test]
     fn steal_is_the_eighth_figure_of_the_summary_line() {
         let line = "cpu  6761321 931826 411260 4270252 14395 0 34817 103257 0 0";

@@ -124,12 +124,11 @@ fn peak_during<T>(agent: &VoiceAgent, work: impl FnOnce() -> Result<T>) -> Resul
     };
     let out = std::thread::scope(|scope| {
         scope.spawn(|| {
-            while !done.load(Ordering::Relaxed) {
+            sublet_bench::sample_until(&done, SAMPLE_EVERY, || {
                 if let Some(s) = sample(agent) {
                     keep(s);
                 }
-                std::thread::sleep(SAMPLE_EVERY);
-            }
+            })
         });
         let out = work();
         done.store(true, Ordering::Relaxed);

@@ -185,18 +185,14 @@ fn main() -> Result<()> {
             scope.spawn(|| agent.work(runtime.handle(), &credentials, &options, drain, &observers));
         let replay = scope.spawn(|| agents::replay(&base_url, &sessions, &stop, started, 0));
         let sampler = scope.spawn(|| {
-            while !stop.load(Ordering::Relaxed) {
+            sublet_bench::sample_until(&stop, SAMPLE_EVERY, || {
                 if let Some(sample) = sample(started) {
                     samples
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
                         .push(sample);
                 }
-                let until = Instant::now() + SAMPLE_EVERY;
-                while Instant::now() < until && !stop.load(Ordering::Relaxed) {
-                    std::thread::sleep(Duration::from_millis(200));
-                }
-            }
+            })
         });
         wait_for(Duration::from_secs(60), || {
             !server.worker_statuses().is_empty()
