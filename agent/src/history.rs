@@ -3,7 +3,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use sublet_engine::{Engine, EngineError, Message, Role};
+use sublet_engine::{CallLine, EngineError, Message, Role};
 
 /// Both sides of a call so far, shared by the responder, the turn hint and the cutter.
 #[derive(Default)]
@@ -68,8 +68,8 @@ impl ReplyCutter {
 /// turn is certain, the engine hears that a turn is coming.
 #[derive(Clone)]
 pub struct TurnHint {
-    pub(crate) engine: Arc<Engine>,
-    pub(crate) call_id: u64,
+    /// The call's line to make-room.
+    pub(crate) line: CallLine,
     pub(crate) system_prompt: String,
     pub(crate) history_messages: usize,
     pub(crate) memory: SharedMemory,
@@ -87,20 +87,18 @@ impl TurnHint {
     }
 
     pub fn send(&self) -> Result<(), EngineError> {
-        self.engine
-            .call_line(self.call_id)
-            .turn_hint(self.conversation())
+        self.line.turn_hint(self.conversation())
     }
 
     /// The hint without its one-token request: the caller went quiet, and the engine
     /// makes room for a turn that may follow, computing nothing for it.
     pub fn coming(&self) {
-        self.engine.call_line(self.call_id).turn_coming();
+        self.line.turn_coming();
     }
 
     /// The caller speaks again: the turn told of by [`TurnHint::coming`] is not coming.
     pub fn not_coming(&self) {
-        self.engine.call_line(self.call_id).turn_not_coming();
+        self.line.turn_not_coming();
     }
 }
 

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use sublet_audio::Audio;
 use sublet_engine::{
-    ChatRequest, DeadlinePassed, Engine, EngineError, Message, ReplyStream, Role, StreamEvent,
-    VOICE_PRIORITY,
+    CallLine, ChatRequest, DeadlinePassed, Engine, EngineError, Message, ReplyStream, Role,
+    StreamEvent, VOICE_PRIORITY,
 };
 use sublet_stt::Transcriber;
 use sublet_tts::Voice;
@@ -72,8 +72,8 @@ pub struct Responder {
     turns: usize,
     /// Call time at which the agent's audio queued so far ends.
     speaking_until_s: f64,
-    /// This call's session id in the engine.
-    call_id: u64,
+    /// This call's line to make-room; its session is the call's id in the engine.
+    line: CallLine,
     /// A reply started as the caller stopped speaking, held until their turn ends.
     held: Option<HeldReply>,
     /// Held replies of the turn in progress cancelled because the caller went on.
@@ -179,12 +179,12 @@ impl Responder {
         Self {
             stt,
             voice,
+            line: engine.call_line(NEXT_CALL.fetch_add(1, std::sync::atomic::Ordering::Relaxed)),
             engine,
             config,
             memory: SharedMemory::default(),
             turns: 0,
             speaking_until_s: 0.0,
-            call_id: NEXT_CALL.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             held: None,
             discarded: 0,
             fallback_audio: None,
@@ -276,7 +276,7 @@ impl Responder {
         let first_sentence_at = Instant::now();
         let audio = match sentences.first() {
             Some(first) => {
-                self.engine.call_line(self.call_id).first_sentence_out();
+                self.line.first_sentence_out();
                 Some(self.synthesize(turn, first)?)
             }
             None => None,
@@ -318,7 +318,7 @@ impl Responder {
         self.engine
             .chat(ChatRequest {
                 priority: VOICE_PRIORITY,
-                session: Some(self.call_id),
+                session: Some(self.line.session()),
                 repetition: self.config.repetition,
                 // A caller waits for the answer, not for the model's reasoning.
                 thinking: Some(false),
@@ -337,8 +337,7 @@ impl Responder {
     /// A handle that sends this call's turn hint from another thread.
     pub fn turn_hint(&self) -> TurnHint {
         TurnHint {
-            engine: self.engine.clone(),
-            call_id: self.call_id,
+            line: self.line.clone(),
             system_prompt: self.config.system_prompt.clone(),
             history_messages: self.config.history_messages,
             memory: self.memory.clone(),

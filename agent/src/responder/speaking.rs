@@ -76,7 +76,7 @@ impl Responder {
         }
         if said.first_sentence_s.is_none() {
             said.first_sentence_s = Some(call_time(made_at));
-            self.engine.call_line(self.call_id).first_sentence_out();
+            self.line.first_sentence_out();
         }
         let at = self.speak(turn, &sentence, audio, out, call_time)?;
         said.first_audio_s = said.first_audio_s.or(at);
